@@ -1,0 +1,136 @@
+"""ASGI middleware: the only place a load report enters a response.
+
+For every HTTP request it removes the opt-in header before the application (or a proxied backend) sees it,
+removes ``endpoint-load-metrics`` and ``endpoint-load-metrics-bin`` from whatever the application returns
+(headers and trailers), and appends the sampler's cached header tuple only when the feature is on and the
+policy grants it. The client identity comes from the ASGI TLS extension, ``scope["extensions"]["tls"]``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from cryptography import x509
+
+from .authz import NO_CERTIFICATE, Decision, FrontProxyResult, FrontProxyVerifier, Policy
+from .optin import HEADER_BYTES as OPTIN
+from .report import ORCA_HEADERS
+from .sampler import Sampler
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("secure_orca.middleware")
+_ORCA = frozenset(name.encode() for name in ORCA_HEADERS)
+FEATURE_OFF = Decision(False, "feature-off")
+NO_OPT_IN = Decision(False, "no-opt-in")
+_CACHE_SIZE = 4096
+
+
+def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
+    """Headers without ORCA fields (names compared case-insensitively), and how many were removed."""
+    kept = [h for h in headers if h[0].lower() not in _ORCA]
+    return kept, len(headers) - len(kept)
+
+
+class ChainCache:
+    """Front-proxy results keyed by the presented chain (PEM strings), so a chain is verified at most once
+    per connection however many requests it carries. Bound to one verifier: new CAs mean a new cache."""
+
+    def __init__(self, verifier: FrontProxyVerifier) -> None:
+        self.verifier = verifier
+        self._results: dict[tuple[str, ...], FrontProxyResult] = {}
+
+    def lookup(self, chain: tuple[str, ...], now: dt.datetime) -> FrontProxyResult:
+        result = self._results.get(chain)
+        if result is None:
+            try:
+                certs = [x509.load_pem_x509_certificate(pem.encode()) for pem in chain]
+            except ValueError:
+                result = FrontProxyResult(False, "untrusted-ca")
+            else:
+                result = self.verifier.verify(certs, now)
+            if len(self._results) >= _CACHE_SIZE:
+                self._results.pop(next(iter(self._results)))
+            self._results[chain] = result
+        return result
+
+
+class LoadReportMiddleware:
+    """Wraps an ASGI app; ``enabled`` is the feature gate AND --enable-endpoint-load-metrics."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        enabled: bool,
+        policy: Policy,
+        sampler: Sampler,
+        verifier: FrontProxyVerifier | None = None,
+        on_decision: Callable[[Decision], None] | None = None,
+        on_stripped: Callable[[int], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.enabled = enabled
+        self.policy = policy
+        self.sampler = sampler
+        self.chains = ChainCache(verifier) if verifier is not None else None
+        self.on_decision = on_decision
+        self.on_stripped = on_stripped
+
+    def identity(self, scope: Scope, now: dt.datetime) -> FrontProxyResult:
+        tls = scope.get("extensions", {}).get("tls") or {}
+        chain = tls.get("client_cert_chain")
+        if not chain or self.chains is None:
+            return NO_CERTIFICATE
+        return self.chains.lookup(tuple(chain), now)
+
+    def decide(self, scope: Scope, optin_values: list[bytes]) -> Decision:
+        if not optin_values:
+            return NO_OPT_IN
+        if not self.enabled:
+            return FEATURE_OFF
+        now = dt.datetime.now(dt.UTC)
+        return self.policy.decide(optin_values, self.identity(scope, now), now)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = scope["headers"]
+        optin_values = [value for name, value in headers if name.lower() == OPTIN]
+        if optin_values:
+            scope = dict(scope, headers=[h for h in headers if h[0].lower() != OPTIN])
+        decision = self.decide(scope, optin_values)
+        if self.on_decision is not None:
+            self.on_decision(decision)
+        counters = self.sampler.counters
+        counters.in_flight += 1
+
+        async def send_filtered(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start" or kind == "http.response.trailers":
+                kept, removed = strip_orca(list(message.get("headers", ())))
+                if removed and self.on_stripped is not None:
+                    self.on_stripped(removed)
+                if kind == "http.response.start":
+                    status = message["status"]
+                    if status == 429 or status >= 500:
+                        counters.errors += 1
+                    header = self.sampler.header
+                    if decision.attach and header is not None:
+                        kept.append(header)
+                message = dict(message, headers=kept)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_filtered)
+        finally:
+            counters.in_flight -= 1
+            counters.requests += 1

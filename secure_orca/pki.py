@@ -1,0 +1,214 @@
+"""Write a development PKI: a serving CA and server certificate (localhost, 127.0.0.1, ::1), a client CA with
+a user certificate, a front-proxy CA with a CN-only ``front-proxy-client`` certificate (as kubeadm issues it),
+and a random shared-secret file (mode 0600). Existing files are never overwritten without --force.
+
+For development and tests only: keys are written unencrypted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import ipaddress
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+HELP = "write a development PKI (server, client CA, front-proxy CA) and a shared secret"
+
+Key = ec.EllipticCurvePrivateKey
+FRONT_PROXY_CN = "front-proxy-client"
+USER_CN = "developer"
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A certificate with its private key."""
+
+    cert: x509.Certificate
+    key: Key
+
+    def cert_pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def key_pem(self) -> bytes:
+        return self.key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+
+def new_key() -> Key:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def make_ca(common_name: str, days: int = 365) -> Issued:
+    """A self-signed root CA."""
+    key = new_key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(_now() - dt.timedelta(minutes=5))
+        .not_valid_after(_now() + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(ski, critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return Issued(cert, key)
+
+
+def issue(
+    ca: Issued,
+    common_name: str,
+    *,
+    dns: tuple[str, ...] = (),
+    ips: tuple[str, ...] = (),
+    eku: tuple[x509.ObjectIdentifier, ...] | None = (ExtendedKeyUsageOID.CLIENT_AUTH,),
+    is_ca: bool = False,
+    not_before: dt.datetime | None = None,
+    not_after: dt.datetime | None = None,
+    organization: str | None = None,
+) -> Issued:
+    """Issue a certificate from ``ca``. ``eku=None`` leaves the ExtendedKeyUsage extension out entirely."""
+    key = new_key()
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(attrs))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before or _now() - dt.timedelta(minutes=5))
+        .not_valid_after(not_after or _now() + dt.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
+    if is_ca:
+        usage = x509.KeyUsage(False, False, False, False, False, True, True, False, False)
+    else:
+        usage = x509.KeyUsage(True, False, False, False, False, False, False, False, False)
+    builder = builder.add_extension(usage, critical=True)
+    if eku is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(list(eku)), critical=False)
+    names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+    names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return Issued(builder.sign(ca.key, hashes.SHA256()), key)
+
+
+def new_secret() -> str:
+    """A random shared secret: 256 bits, URL-safe base64 (only characters the opt-in grammar allows)."""
+    return secrets.token_urlsafe(32)
+
+
+# File layout of the development PKI (names follow kubeadm where it has one).
+FILES = {
+    "ca": "ca.crt",
+    "server": "apiserver.crt",
+    "client_ca": "client-ca.crt",
+    "user": "user.crt",
+    "front_proxy_ca": "front-proxy-ca.crt",
+    "front_proxy_client": "front-proxy-client.crt",
+}
+SECRET_FILE = "endpoint-load-metrics-secret"
+
+
+def key_name(cert_name: str) -> str:
+    return cert_name.removesuffix(".crt") + ".key"
+
+
+@dataclass(frozen=True)
+class DevPKI:
+    """Paths of a development PKI directory."""
+
+    root: Path
+
+    def cert(self, role: str) -> Path:
+        return self.root / FILES[role]
+
+    def key(self, role: str) -> Path:
+        return self.root / key_name(FILES[role])
+
+    @property
+    def secret(self) -> Path:
+        return self.root / SECRET_FILE
+
+    def all_paths(self) -> list[Path]:
+        paths = [self.secret]
+        for role in FILES:
+            paths += [self.cert(role), self.key(role)]
+        return paths
+
+    def exists(self) -> bool:
+        return all(p.exists() for p in self.all_paths())
+
+
+def generate(root: Path, force: bool = False) -> DevPKI:
+    """Create every file of the development PKI in ``root``; all-or-nothing, refusing to overwrite."""
+    pki = DevPKI(root)
+    existing = [p.name for p in pki.all_paths() if p.exists()]
+    if existing and not force:
+        raise FileExistsError(f"{root} already holds {', '.join(existing)} (use --force to replace)")
+    ca = make_ca("secure-orca-ca")
+    client_ca = make_ca("secure-orca-client-ca")
+    fp_ca = make_ca("front-proxy-ca")
+    server_eku = (ExtendedKeyUsageOID.SERVER_AUTH,)
+    issued = {
+        "ca": ca,
+        "server": issue(ca, "kube-apiserver", dns=("localhost",), ips=("127.0.0.1", "::1"), eku=server_eku),
+        "client_ca": client_ca,
+        "user": issue(client_ca, USER_CN, organization="system:developers"),
+        "front_proxy_ca": fp_ca,
+        "front_proxy_client": issue(fp_ca, FRONT_PROXY_CN),
+    }
+    contents: dict[Path, tuple[bytes, int]] = {pki.secret: ((new_secret() + "\n").encode(), 0o600)}
+    for role, item in issued.items():
+        contents[pki.cert(role)] = (item.cert_pem(), 0o644)
+        contents[pki.key(role)] = (item.key_pem(), 0o600)
+    root.mkdir(parents=True, exist_ok=True)
+    for path, (data, mode) in contents.items():
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, mode)
+    for path in contents:
+        os.replace(path.with_name(f".{path.name}.tmp"), path)
+    return pki
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", type=Path, default=Path("certs"), help="output directory (default: certs)")
+    parser.add_argument("--force", action="store_true", help="replace an existing PKI in that directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .cli import UsageError
+
+    try:
+        pki = generate(args.dir, force=args.force)
+    except (FileExistsError, OSError) as error:
+        raise UsageError(str(error)) from None
+    for path in pki.all_paths():
+        print(path)
+    print(f"front-proxy client certificate CN={FRONT_PROXY_CN}; keys and secret are mode 0600")
+    return 0
