@@ -1,0 +1,107 @@
+"""Shared fixtures: a development PKI made by our own generator, extra certificates for the negative cases,
+and running replicas of ``secure-orca serve`` (real subprocesses on loopback)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from secure_orca import launch, pki
+
+
+def load_issued(cert: Path, key: Path) -> pki.Issued:
+    private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    return pki.Issued(x509.load_pem_x509_certificate(cert.read_bytes()), private)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def dev_pki(tmp_path_factory: pytest.TempPathFactory) -> pki.DevPKI:
+    return pki.generate(tmp_path_factory.mktemp("pki"))
+
+
+@dataclass(frozen=True)
+class ClientCert:
+    """A client certificate (and chain) written to disk for curl/httpx/h2, with what it should get."""
+
+    cert: Path
+    key: Path
+
+
+def write_client(root: Path, name: str, leaf: pki.Issued, *chain: pki.Issued) -> ClientCert:
+    cert = root / f"{name}.crt"
+    key = root / f"{name}.key"
+    cert.write_bytes(leaf.cert_pem() + b"".join(c.cert_pem() for c in chain))
+    key.write_bytes(leaf.key_pem())
+    key.chmod(0o600)
+    return ClientCert(cert, key)
+
+
+@pytest.fixture(scope="session")
+def client_certs(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ClientCert]:
+    """Every client identity of the integration tests, keyed by a short name."""
+    root = tmp_path_factory.mktemp("clients")
+    fp_ca = load_issued(dev_pki.cert("front_proxy_ca"), dev_pki.key("front_proxy_ca"))
+    client_ca = load_issued(dev_pki.cert("client_ca"), dev_pki.key("client_ca"))
+    unknown_ca = pki.make_ca("unknown-ca")
+    intermediate = pki.issue(fp_ca, "front-proxy-intermediate", is_ca=True, eku=None)
+    now = dt.datetime.now(dt.UTC)
+    made = {
+        "front-proxy": write_client(
+            root, "fp", load_issued(dev_pki.cert("front_proxy_client"), dev_pki.key("front_proxy_client"))
+        ),
+        "front-proxy-via-intermediate": write_client(
+            root, "fp-int", pki.issue(intermediate, pki.FRONT_PROXY_CN), intermediate
+        ),
+        "front-proxy-no-eku": write_client(root, "fp-noeku", pki.issue(fp_ca, pki.FRONT_PROXY_CN, eku=None)),
+        "user": write_client(root, "user", load_issued(dev_pki.cert("user"), dev_pki.key("user"))),
+        "user-with-allowed-cn": write_client(root, "user-cn", pki.issue(client_ca, pki.FRONT_PROXY_CN)),
+        "front-proxy-ca-other-cn": write_client(root, "fp-other", pki.issue(fp_ca, "not-the-proxy")),
+        "front-proxy-ca-name-in-san": write_client(
+            root, "fp-san", pki.issue(fp_ca, "not-the-proxy", dns=(pki.FRONT_PROXY_CN,))
+        ),
+        "front-proxy-expired": write_client(
+            root,
+            "fp-expired",
+            pki.issue(
+                fp_ca, pki.FRONT_PROXY_CN, not_before=now - dt.timedelta(days=30), not_after=now - dt.timedelta(days=1)
+            ),
+        ),
+        "front-proxy-server-eku": write_client(
+            root, "fp-servereku", pki.issue(fp_ca, pki.FRONT_PROXY_CN, eku=(ExtendedKeyUsageOID.SERVER_AUTH,))
+        ),
+        "unknown-ca": write_client(root, "unknown", pki.issue(unknown_ca, pki.FRONT_PROXY_CN)),
+        "self-signed-allowed-cn": write_client(root, "selfsigned", pki.make_ca(pki.FRONT_PROXY_CN)),
+    }
+    return made
+
+
+def fp_flags(dev_pki: pki.DevPKI, modes: str = "front-proxy,shared-secret", *extra: str) -> list[str]:
+    """Flags that turn the feature on with the dev PKI's front-proxy CA, allowed name and secret file."""
+    return [
+        "--feature-gates",
+        "RequestCostAggregation=true",
+        "--enable-endpoint-load-metrics",
+        "--requestheader-client-ca-file",
+        str(dev_pki.cert("front_proxy_ca")),
+        "--requestheader-allowed-names",
+        pki.FRONT_PROXY_CN,
+        "--endpoint-load-metrics-secret-file",
+        str(dev_pki.secret),
+        "--endpoint-load-metrics-auth",
+        modes,
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def secured_replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
+    """One replica with the default modes (front-proxy,shared-secret), shared by the read-only tests."""
+    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as started:
+        yield started[0]

@@ -1,0 +1,116 @@
+"""Every authorization rule, without sockets: kube-apiserver's front-proxy x509 check and the secret set."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from cryptography.x509.oid import ExtendedKeyUsageOID as EKU
+
+from secure_orca import pki
+from secure_orca.authz import NO_CERTIFICATE, FrontProxyVerifier, Policy, SecretSet
+
+NOW = dt.datetime.now(dt.UTC)
+FP_CA = pki.make_ca("front-proxy-ca")
+CLIENT_CA = pki.make_ca("client-ca")
+INTERMEDIATE = pki.issue(FP_CA, "intermediate", is_ca=True, eku=None)
+NOT_A_CA = pki.issue(FP_CA, "leaf-not-ca")
+SECRET = "correct-horse-battery-staple"
+
+
+def verify(leaf: pki.Issued, *chain: pki.Issued, allowed: tuple[str, ...] = ("front-proxy-client",)) -> str:
+    verifier = FrontProxyVerifier([FP_CA.cert], allowed)
+    return verifier.verify([leaf.cert, *(c.cert for c in chain)], NOW).reason
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda: (pki.issue(FP_CA, "front-proxy-client"),), "front-proxy"),
+        (lambda: (pki.issue(FP_CA, "front-proxy-client", eku=None),), "front-proxy"),
+        (lambda: (pki.issue(FP_CA, "front-proxy-client", eku=(EKU.ANY_EXTENDED_KEY_USAGE,)),), "front-proxy"),
+        (lambda: (pki.issue(INTERMEDIATE, "front-proxy-client"), INTERMEDIATE), "front-proxy"),
+        (lambda: (pki.issue(INTERMEDIATE, "front-proxy-client"),), "untrusted-ca"),  # intermediate not sent
+        (lambda: (pki.issue(FP_CA, "front-proxy-client", eku=(EKU.SERVER_AUTH,)),), "eku"),
+        (lambda: (pki.issue(FP_CA, "someone-else"),), "name-not-allowed"),
+        (lambda: (pki.issue(FP_CA, "x", dns=("front-proxy-client",)),), "name-not-allowed"),  # SAN ignored
+        (lambda: (pki.issue(CLIENT_CA, "front-proxy-client"),), "untrusted-ca"),
+        (lambda: (pki.make_ca("front-proxy-client"),), "untrusted-ca"),  # self-signed with the allowed CN
+        (lambda: (pki.issue(NOT_A_CA, "front-proxy-client"), NOT_A_CA), "untrusted-ca"),  # leaf as issuer
+        (
+            lambda: (
+                pki.issue(
+                    FP_CA,
+                    "front-proxy-client",
+                    not_before=NOW - dt.timedelta(days=9),
+                    not_after=NOW - dt.timedelta(days=1),
+                ),
+            ),
+            "expired",
+        ),
+        (lambda: (pki.issue(FP_CA, "front-proxy-client", not_before=NOW + dt.timedelta(days=1)),), "expired"),
+    ],
+)
+def test_front_proxy_rules(make, reason: str) -> None:  # type: ignore[no-untyped-def]
+    assert verify(*make()) == reason
+
+
+def test_intermediate_with_server_only_eku_fails() -> None:
+    restricted = pki.issue(FP_CA, "restricted-int", is_ca=True, eku=(EKU.SERVER_AUTH,))
+    # cryptography's CA policy refuses it while building the path; either way no grant.
+    assert verify(pki.issue(restricted, "front-proxy-client"), restricted) in {"eku", "untrusted-ca"}
+
+
+def test_empty_allowed_names_accepts_any_cn_from_the_ca() -> None:
+    assert verify(pki.issue(FP_CA, "anything"), allowed=()) == "front-proxy"
+    assert verify(pki.issue(CLIENT_CA, "anything"), allowed=()) == "untrusted-ca"
+
+
+def test_empty_chain_is_no_certificate() -> None:
+    assert FrontProxyVerifier([FP_CA.cert]).verify([], NOW) == NO_CERTIFICATE
+
+
+def test_grant_bounded_by_chain_validity() -> None:
+    result = FrontProxyVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
+    assert result.holds_at(NOW) and not result.holds_at(NOW + dt.timedelta(days=3650))
+
+
+def test_secret_set_matches_any_rotated_secret_only() -> None:
+    secrets = SecretSet(["old-secret-0123456789", "new-secret-0123456789"])
+    assert secrets.matches("old-secret-0123456789") and secrets.matches("new-secret-0123456789")
+    for wrong in ("", "old-secret", "old-secret-01234567890", "new-secret-012345678"):
+        assert not secrets.matches(wrong)
+    assert "secret-0" not in repr(secrets)
+
+
+FP_OK = FrontProxyVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
+BOTH = Policy(frozenset({"front-proxy", "shared-secret"}), SecretSet([SECRET]))
+
+
+@pytest.mark.parametrize(
+    ("policy", "value", "identity", "attach", "reason"),
+    [
+        (BOTH, b"TEXT", FP_OK, True, "front-proxy"),
+        (BOTH, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, True, "shared-secret"),
+        (BOTH, b"TEXT; secret=wrong", NO_CERTIFICATE, False, "secret"),
+        (BOTH, b"TEXT", NO_CERTIFICATE, False, "no-certificate"),
+        (BOTH, b"JSON", FP_OK, False, "unsupported-format"),
+        (Policy(frozenset({"shared-secret"}), SecretSet([SECRET])), b"TEXT", FP_OK, False, "secret"),
+        (Policy(frozenset({"front-proxy"})), f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret"),
+        (Policy(frozenset({"header-only"})), b"TEXT", NO_CERTIFICATE, True, "header-only"),
+        (Policy(frozenset({"header-only"})), b"JSON", NO_CERTIFICATE, False, "unsupported-format"),
+    ],
+)
+def test_policy_decisions(policy: Policy, value: bytes, identity, attach: bool, reason: str) -> None:  # type: ignore[no-untyped-def]
+    decision = policy.decide([value], identity, NOW)
+    assert (decision.attach, decision.reason) == (attach, reason)
+
+
+def test_policy_refuses_duplicates_even_for_front_proxy() -> None:
+    assert BOTH.decide([b"TEXT", b"TEXT"], FP_OK, NOW).reason == "duplicate-opt-in"
+
+
+def test_front_proxy_grant_expires_on_the_connection() -> None:
+    later = NOW + dt.timedelta(days=3650)
+    decision = Policy(frozenset({"front-proxy"})).decide([b"TEXT"], FP_OK, later)
+    assert (decision.attach, decision.reason) == (False, "expired")

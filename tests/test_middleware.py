@@ -1,0 +1,150 @@
+"""The ASGI middleware in process (no sockets): stripping, opt-in removal, attach only when granted."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from secure_orca import pki
+from secure_orca.authz import FrontProxyVerifier, Policy, SecretSet
+from secure_orca.middleware import LoadReportMiddleware
+from secure_orca.sampler import Sampler
+
+FP_CA = pki.make_ca("front-proxy-ca")
+FP_PEM = pki.issue(FP_CA, "front-proxy-client").cert_pem().decode()
+OTHER_PEM = pki.issue(pki.make_ca("other"), "front-proxy-client").cert_pem().decode()
+SECRET = "0123456789abcdef-secret"
+
+
+class Backend:
+    """An application that records what it saw and injects ORCA headers into its response and trailers."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[bytes, bytes]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.seen = list(scope["headers"])
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "trailers": True,
+                "headers": [
+                    (b"content-type", b"text/plain"),
+                    (b"Endpoint-Load-Metrics", b"TEXT cpu_utilization=0.99"),
+                    (b"endpoint-load-metrics-bin", b"CQAAAAAAAPA/"),
+                    (b"x-kept", b"1"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"hello"})
+        await send({"type": "http.response.trailers", "headers": [(b"endpoint-load-metrics", b"TEXT eps=1")]})
+
+
+def make(enabled: bool = True, modes: frozenset[str] = frozenset({"front-proxy", "shared-secret"})):  # type: ignore[no-untyped-def]
+    sampler = Sampler()
+    sampler.header = (b"endpoint-load-metrics", b"TEXT cpu_utilization=0.1")
+    backend = Backend()
+    decisions: list[str] = []
+    middleware = LoadReportMiddleware(
+        backend,
+        enabled=enabled,
+        policy=Policy(modes, SecretSet([SECRET])),
+        sampler=sampler,
+        verifier=FrontProxyVerifier([FP_CA.cert], ["front-proxy-client"]),
+        on_decision=lambda d: decisions.append(d.reason),
+    )
+    return middleware, backend, sampler, decisions
+
+
+def call(middleware: LoadReportMiddleware, headers: list[tuple[bytes, bytes]], chain: list[str] | None = None):  # type: ignore[no-untyped-def]
+    scope: dict[str, Any] = {"type": "http", "path": "/", "headers": headers, "extensions": {}}
+    if chain is not None:
+        scope["extensions"]["tls"] = {"client_cert_chain": chain}
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(middleware(scope, receive, send))
+    return sent
+
+
+def orca(sent: list[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
+    return [h for m in sent if "headers" in m for h in m["headers"] if h[0].lower().startswith(b"endpoint-load")]
+
+
+OPT_IN = (b"endpoint-load-metrics-request", b"TEXT")
+
+
+@pytest.mark.parametrize(
+    ("headers", "chain", "reason"),
+    [
+        ([OPT_IN], [FP_PEM], "front-proxy"),
+        ([(b"endpoint-load-metrics-request", f"TEXT; secret={SECRET}".encode())], None, "shared-secret"),
+        ([OPT_IN], None, "no-certificate"),
+        ([OPT_IN], [OTHER_PEM], "untrusted-ca"),
+        ([OPT_IN], ["not a pem"], "untrusted-ca"),
+        ([OPT_IN, OPT_IN], [FP_PEM], "duplicate-opt-in"),
+        ([(b"Endpoint-Load-Metrics-Request", b"TEXT"), OPT_IN], [FP_PEM], "duplicate-opt-in"),
+        ([(b"endpoint-load-metrics-request", b"TEXT; secret=guess")], [OTHER_PEM], "secret"),
+        ([], [FP_PEM], "no-opt-in"),
+    ],
+)
+def test_attach_only_when_granted_and_always_strip(headers, chain, reason) -> None:  # type: ignore[no-untyped-def]
+    middleware, backend, sampler, decisions = make()
+    sent = call(middleware, [(b"accept", b"*/*"), *headers], chain)
+    granted = reason in ("front-proxy", "shared-secret")
+    assert decisions == [reason]
+    assert orca(sent) == ([sampler.header] if granted else [])
+    assert backend.seen == [(b"accept", b"*/*")]  # opt-in (and secret) never reach the application
+    start = sent[0]
+    assert start["status"] == 200 and (b"x-kept", b"1") in start["headers"]
+    assert sent[1]["body"] == b"hello"
+
+
+def test_feature_off_never_attaches() -> None:
+    middleware, _, _, decisions = make(enabled=False)
+    assert orca(call(middleware, [OPT_IN], [FP_PEM])) == []
+    assert decisions == ["feature-off"]
+
+
+def test_no_encoding_and_one_verification_per_chain() -> None:
+    middleware, _, sampler, _ = make()
+    encodes = sampler.encodes
+    for _ in range(50):
+        assert len(orca(call(middleware, [OPT_IN], [FP_PEM]))) == 1
+    assert sampler.encodes == encodes
+    assert middleware.chains is not None and middleware.chains.verifier.verifications == 1
+
+
+def test_counters_track_requests_errors_and_in_flight() -> None:
+    middleware, _, sampler, _ = make()
+    call(middleware, [])
+    counters = sampler.counters
+    assert (counters.requests, counters.errors, counters.in_flight) == (1, 0, 0)
+
+
+def test_non_http_scopes_pass_through() -> None:
+    seen = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+
+    middleware = LoadReportMiddleware(app, enabled=True, policy=Policy(frozenset()), sampler=Sampler())
+    asyncio.run(middleware({"type": "lifespan"}, None, None))  # type: ignore[arg-type]
+    assert seen == ["lifespan"]
+
+
+def test_cached_grant_expires_with_the_certificate() -> None:
+    middleware, *_ = make()
+    assert middleware.chains is not None
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3650)
+    result = middleware.chains.lookup((FP_PEM,), dt.datetime.now(dt.UTC))
+    assert result.ok and not result.holds_at(later)

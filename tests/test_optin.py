@@ -1,0 +1,55 @@
+"""The opt-in header grammar (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from secure_orca.optin import OptIn, OptInError, header_value, parse
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"TEXT", OptIn("TEXT")),
+        (b"  TEXT ", OptIn("TEXT")),
+        (b"TEXT; secret=abc", OptIn("TEXT", "abc")),
+        (b"TEXT;secret=abc", OptIn("TEXT", "abc")),
+        (b"TEXT ;  secret=a-b_c", OptIn("TEXT", "a-b_c")),
+        (b"TEXT; secret=", OptIn("TEXT", "")),
+    ],
+)
+def test_accepted(raw: bytes, expected: OptIn) -> None:
+    assert parse([raw]) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [
+        ([], "no-opt-in"),
+        ([b"TEXT", b"TEXT"], "duplicate-opt-in"),
+        ([b"JSON"], "unsupported-format"),
+        ([b"BIN"], "unsupported-format"),
+        ([b"text"], "unsupported-format"),
+        ([b""], "malformed-opt-in"),
+        ([b"TEXT; token=abc"], "malformed-opt-in"),
+        ([b"TEXT; secret=a b"], "malformed-opt-in"),
+        ([b"TEXT; secret=a; secret=b"], "malformed-opt-in"),
+        ([b"TEXT, JSON"], "malformed-opt-in"),
+        (["TEXT; secret=é".encode()], "malformed-opt-in"),
+        ([b"TEXT; secret=" + b"a" * 600], "malformed-opt-in"),
+    ],
+)
+def test_refused(values: list[bytes], reason: str) -> None:
+    with pytest.raises(OptInError) as refused:
+        parse(values)
+    assert refused.value.reason == reason
+    assert "secret=" not in str(refused.value)
+
+
+def test_repr_hides_secret() -> None:
+    assert "hunter2" not in repr(OptIn("TEXT", "hunter2"))
+
+
+def test_header_value() -> None:
+    assert header_value() == "TEXT"
+    assert parse([header_value(secret="s3cr3t").encode()]) == OptIn("TEXT", "s3cr3t")
