@@ -109,7 +109,7 @@ def serve_argv(pki: DevPKI, extra: Sequence[str] = (), *, host: str = "127.0.0.1
     return [
         sys.executable,
         "-m",
-        "secure_orca.cli",
+        "secure_orca",
         "serve",
         "--bind-address",
         host,

@@ -1,0 +1,140 @@
+"""`secure-orca serve` and `certs` refuse bad input with one line naming the flag, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from secure_orca import launch, pki
+
+from .conftest import fp_flags
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "secure_orca", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def write(path: Path, data: bytes, mode: int = 0o600) -> str:
+    path.write_bytes(data)
+    path.chmod(mode)
+    return str(path)
+
+
+def base(p: pki.DevPKI) -> list[str]:
+    return launch.serve_argv(p, [])[3:]  # "serve" and its flags, without the interpreter
+
+
+@pytest.fixture(scope="module")
+def busy_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def bad_cases(p: pki.DevPKI, tmp: Path, busy_port: int) -> dict[str, tuple[list[str], str]]:
+    garbage = write(tmp / "garbage.crt", b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    empty_secret = write(tmp / "empty-secret", b"\n")
+    open_secret = write(tmp / "open-secret", pki.new_secret().encode(), 0o644)
+    gate = ["--feature-gates", "RequestCostAggregation=true"]
+    fp = [*gate, "--enable-endpoint-load-metrics"]
+    return {
+        "missing file": ([*base(p), *fp, "--requestheader-client-ca-file", str(tmp / "nope.crt")],
+                         "--requestheader-client-ca-file: .* no such file"),
+        "malformed CA": ([*base(p), *fp, "--requestheader-client-ca-file", garbage],
+                         "--requestheader-client-ca-file: .* malformed"),
+        "key mismatch": ([*base(p), "--tls-private-key-file", str(p.key("user"))],
+                         "--tls-private-key-file: .* does not match"),
+        "key is a cert": ([*base(p), "--tls-private-key-file", str(p.cert("ca"))],
+                          "--tls-private-key-file: .* no PEM private key"),
+        "cert without key": (["serve", "--tls-cert-file", str(p.cert("server"))], "must be given together"),
+        "empty secret file": ([*base(p), *fp, "--endpoint-load-metrics-secret-file", empty_secret],
+                              "--endpoint-load-metrics-secret-file: .* holds no secret"),
+        "world-readable secret": ([*base(p), *fp, "--endpoint-load-metrics-secret-file", open_secret],
+                                  "--endpoint-load-metrics-secret-file: .* world-readable"),
+        "unknown gate": ([*base(p), "--feature-gates", "Bogus=true"], "--feature-gates: unrecognized feature gate"),
+        "bad duration": ([*base(p), "--endpoint-load-metrics-interval", "100"],
+                         "--endpoint-load-metrics-interval: invalid duration"),
+        "interval too short": ([*base(p), "--endpoint-load-metrics-interval", "10us"], "between 1ms and 60s"),
+        "unknown mode": ([*base(p), "--endpoint-load-metrics-auth", "trust-me"], "unknown mode trust-me"),
+        "flag without gate": ([*base(p), "--enable-endpoint-load-metrics"], "requires --feature-gates"),
+        "no usable material": ([*base(p), *fp], "no listed mode is usable"),
+        "shared CA, no names": (
+            [*base(p), *fp, "--requestheader-client-ca-file", str(p.cert("client_ca"))],
+            "--requestheader-allowed-names: must not be empty",
+        ),
+        "port in use": ([*base(p), "--secure-port", str(busy_port)], "already in use"),
+        "bad port": ([*base(p), "--secure-port", "70000"], "--secure-port: 70000 is not a port"),
+        "bad proxy": ([*base(p), "--proxy", "metrics=http://x"], "--proxy: invalid proxy route"),
+    }  # fmt: skip
+
+
+CASES = [
+    "missing file", "malformed CA", "key mismatch", "key is a cert", "cert without key", "empty secret file",
+    "world-readable secret", "unknown gate", "bad duration", "interval too short", "unknown mode",
+    "flag without gate", "no usable material", "shared CA, no names", "port in use", "bad port", "bad proxy",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_one_line_exit_2(dev_pki, tmp_path, busy_port, case) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    args, expected = bad_cases(dev_pki, tmp_path, busy_port)[case]
+    result = run_cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("secure-orca serve: error: ")
+    assert re.search(expected, last), last
+    assert dev_pki.secret.read_text().strip() not in result.stderr
+
+
+def test_header_only_starts_with_a_warning(dev_pki) -> None:  # type: ignore[no-untyped-def]
+    flags = ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
+             "--endpoint-load-metrics-auth", "header-only"]  # fmt: skip
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        pass
+    assert any("WARNING" in line and "header-only" in line for line in replica.process.lines)
+
+
+def test_one_mode_without_material_is_noted(dev_pki) -> None:  # type: ignore[no-untyped-def]
+    flags = fp_flags(dev_pki)
+    cut = flags.index("--endpoint-load-metrics-secret-file")
+    del flags[cut : cut + 2]
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        pass
+    assert any("shared-secret is listed but has no material" in line for line in replica.process.lines)
+
+
+def test_serve_without_tls_flags_creates_and_uses_the_dev_pki(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    argv = [sys.executable, "-m", "secure_orca", "serve", "--secure-port", "0", "--certs-dir", str(tmp_path / "c")]
+    with launch.replicas([argv]) as (replica,):
+        pass
+    out = "".join(replica.process.lines)
+    assert "created a development PKI" in out and "load metrics on" in out
+    assert pki.DevPKI(tmp_path / "c").exists()
+
+
+def test_certs_command_refuses_to_overwrite(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert run_cli("certs", "--dir", str(tmp_path)).returncode == 0
+    again = run_cli("certs", "--dir", str(tmp_path))
+    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+    assert run_cli("certs", "--dir", str(tmp_path), "--force").returncode == 0
+
+
+def test_sigterm_stops_cleanly(dev_pki) -> None:  # type: ignore[no-untyped-def]
+    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
+        assert replica.process.stop() == 0
