@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -168,9 +169,9 @@ def test_feature_off_never_reports(dev_pki, client_certs, flags) -> None:  # typ
 class InjectingBackend(http.server.BaseHTTPRequestHandler):
     """A proxied backend that returns its own ORCA headers and records the headers it received."""
 
-    seen: list[list[tuple[str, str]]] = []
+    seen: ClassVar[list[list[tuple[str, str]]]] = []
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         InjectingBackend.seen.append(list(self.headers.items()))
         body = b'{"backend":true}'
         self.send_response(200)
