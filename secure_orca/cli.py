@@ -14,6 +14,9 @@ from collections.abc import Sequence
 COMMANDS: dict[str, str] = {
     "serve": "secure_orca.serve_cmd",
     "certs": "secure_orca.pki",
+    "probe": "secure_orca.probe_cmd",
+    "envoy-config": "secure_orca.envoy_cmd",
+    "hpack": "secure_orca.hpack_cmd",
 }
 
 
@@ -51,7 +54,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,275 @@
+"""HPACK cost of ORCA load reports on HTTP/2 responses.
+
+model    replay kube-apiserver-like response headers plus the report through hpack.Encoder in virtual
+         time, for a grid of per-connection rates, sampling intervals and precisions, and for each
+         mitigation; attribute every byte with the HPACK walker (no network, deterministic per --seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+from secure_orca.cli import UsageError
+from secure_orca.hpack_model import (
+    KEP_EXAMPLE,
+    MITIGATIONS,
+    CellResult,
+    Scenario,
+    as_dict,
+    grid,
+    simulate,
+)
+from secure_orca.report import HEADER, encode_text
+
+HELP = "measure and model the HPACK cost of ORCA headers (model; measure to come)"
+KEP_BYTES_PER_S = 100_000  # "At 10k QPS this is on the order of 0.1 MB/s"
+KEP_QPS = 10_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Subcommands of ``secure-orca hpack``."""
+    sub = parser.add_subparsers(dest="hpack_command", metavar="SUBCOMMAND", required=True)
+    model = sub.add_parser("model", help="model the cost without a network", description=__doc__)
+    model.add_argument("--rates", default="1,10,100,1000,10000", help="responses/s per connection (list)")
+    model.add_argument("--intervals", default="0.01,0.1,1", help="sampling intervals in seconds (list)")
+    model.add_argument("--decimals", default="1,2,3", help="value precisions (list)")
+    model.add_argument("--mitigations", default=",".join(MITIGATIONS), help=f"from: {', '.join(MITIGATIONS)}")
+    model.add_argument("--base-interval", type=float, default=0.1, help="interval of the mitigation table")
+    model.add_argument("--base-decimals", type=int, default=3, help="precision of the mitigation table")
+    model.add_argument("--duration", type=float, default=60.0, help="virtual seconds per cell")
+    model.add_argument("--max-responses", type=int, default=10000, help="cap on responses per cell")
+    model.add_argument("--seed", type=int, default=1)
+    model.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    model.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    model.add_argument("--plot", metavar="FILE", help="write a PNG (needs matplotlib)")
+
+
+def _numbers(text: str, option: str, kind: Callable[[str], float], low: float, high: float) -> list:
+    """A comma-separated list of numbers within [low, high] (exclusive of 0 when low is 0 and kind is float)."""
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{option}: expected a comma-separated list of numbers, got {text!r}") from None
+    if not values or any(not low <= v <= high or (kind is float and v == 0) for v in values):
+        raise UsageError(f"{option}: values must be in {'(' if kind is float else '['}{low:g}, {high:g}]")
+    return values
+
+
+def scenarios_from(args: argparse.Namespace) -> tuple[Scenario, list[Scenario]]:
+    """The base scenario (of the mitigation table) and the grid the options ask for; UsageError on bad input."""
+    names = [n.strip() for n in args.mitigations.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MITIGATIONS]
+    if unknown:
+        raise UsageError(f"--mitigations: unknown {', '.join(unknown)} (known: {', '.join(MITIGATIONS)})")
+    rates = _numbers(args.rates, "--rates", float, 0, 1e6)
+    intervals = _numbers(args.intervals, "--intervals", float, 0, 3600)
+    decimals = _numbers(args.decimals, "--decimals", int, 0, 12)
+    _numbers(str(args.base_decimals), "--base-decimals", int, 0, 12)
+    _numbers(str(args.base_interval), "--base-interval", float, 0, 3600)
+    if args.duration <= 0 or args.max_responses < 1 or args.jobs < 1:
+        raise UsageError("--duration, --max-responses and --jobs must be positive")
+    base = Scenario(
+        rate=1.0,
+        interval=args.base_interval,
+        decimals=args.base_decimals,
+        duration=args.duration,
+        max_responses=args.max_responses,
+        seed=args.seed,
+    )
+    return base, grid(rates, intervals, decimals, [MITIGATIONS[n] for n in names], base)
+
+
+def run_cells(cells: Sequence[Scenario], jobs: int) -> list[CellResult]:
+    """Simulate the cells, in worker processes when ``jobs > 1`` (results in input order)."""
+    if jobs <= 1 or len(cells) < 2:
+        return [simulate(c) for c in cells]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(simulate, cells, chunksize=1))
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _table(headings: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headings)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headings, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def baseline_table(results: Sequence[CellResult]) -> str:
+    """No mitigation: one row per interval, precision and rate."""
+    rows = [
+        [
+            f"{r.interval:g}",
+            str(r.decimals),
+            f"{r.rate:g}",
+            _num(r.uncompressed),
+            _num(r.entry_size),
+            str(r.first_send),
+            _num(r.marginal, 2),
+            _num(r.orca_bytes, 2),
+            _num(r.eviction_cost, 2),
+            _num(r.literals_per_s),
+            _num(r.evictions_per_s),
+            _num(r.orca_evictions_per_s),
+            _num(r.bytes_per_s, 0),
+        ]
+        for r in results
+        if r.mitigation == "none"
+    ]
+    headings = (
+        "interval_s",
+        "dec",
+        "qps",
+        "name+value",
+        "entry",
+        "first",
+        "marginal/resp",
+        "orca/resp",
+        "evict_cost/resp",
+        "literals/s",
+        "evictions/s",
+        "by_orca/s",
+        "bytes/s",
+    )
+    return _table(headings, rows)
+
+
+def mitigation_table(results: Sequence[CellResult], base: Scenario) -> str:
+    """Each mitigation against no mitigation at the base interval and precision."""
+    reference = {
+        r.rate: r
+        for r in results
+        if r.mitigation == "none" and r.interval == base.interval and r.decimals == base.decimals
+    }
+    rows = []
+    for r in results:
+        if r.interval != base.interval or (r.mitigation == "none" and r.decimals != base.decimals):
+            continue
+        none = reference.get(r.rate)
+        rows.append(
+            [
+                r.mitigation,
+                f"{r.rate:g}",
+                str(r.decimals),
+                _num(r.uncompressed),
+                _num(r.marginal, 2),
+                "-" if none is None else _num(none.marginal - r.marginal, 2),
+                _num(r.bytes_per_s, 0),
+                _num(r.literals_per_s),
+                _num(r.reports_per_s),
+                f"{r.cpu_mae:.4f}",
+                _num(r.mean_age, 3),
+                _num(r.max_age, 3),
+            ]
+        )
+    rows.sort(key=lambda row: (list(MITIGATIONS).index(row[0]), float(row[1])))
+    headings = (
+        "mitigation",
+        "qps",
+        "dec",
+        "name+value",
+        "marginal/resp",
+        "saved/resp",
+        "bytes/s",
+        "literals/s",
+        "reports/s",
+        "cpu_mae",
+        "mean_age_s",
+        "max_age_s",
+    )
+    return _table(headings, rows)
+
+
+def claims_table(results: Sequence[CellResult], base: Scenario) -> str:
+    """The KEP's 10k QPS figure: the same server-wide rate spread over connections of each per-connection rate."""
+    rows = [
+        [
+            r.mitigation,
+            f"{r.rate:g}",
+            f"{KEP_QPS / r.rate:g}",
+            _num(r.marginal, 2),
+            _num(r.marginal * KEP_QPS / 1e6, 3),
+            "yes" if r.marginal * KEP_QPS <= KEP_BYTES_PER_S else "no",
+        ]
+        for r in results
+        if r.interval == base.interval
+        and r.decimals == min(base.decimals, MITIGATIONS[r.mitigation].decimals or base.decimals)
+        and r.mitigation in ("none", "combined")
+        and r.rate <= KEP_QPS
+    ]
+    return _table(("mitigation", "qps/conn", "connections", "marginal/resp", "MB/s", "<=0.1MB/s"), rows)
+
+
+def report_sizes() -> str:
+    """Uncompressed sizes of the KEP's example header."""
+    value = encode_text(KEP_EXAMPLE, 1)
+    return (
+        f"KEP example: {HEADER}: {value}\n"
+        f"  name+value {len(HEADER) + len(value)} bytes, RFC 7541 entry {len(HEADER) + len(value) + 32} bytes, "
+        f"HTTP/1.1 line {len(HEADER) + len(value) + 4} bytes"
+    )
+
+
+def plot(results: Sequence[CellResult], base: Scenario, path: str) -> None:
+    """PNG of marginal bytes per response against per-connection rate, one line per mitigation."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, mitigation in MITIGATIONS.items():
+        decimals = min(base.decimals, mitigation.decimals or base.decimals)
+        points = sorted(
+            (r.rate, r.marginal)
+            for r in results
+            if r.mitigation == name and r.interval == base.interval and r.decimals == decimals
+        )
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=0.01)
+    ax.set_xlabel("responses per second on the connection")
+    ax.set_ylabel("marginal header bytes per response")
+    ax.set_title(f"ORCA report over HPACK (4096-byte table), sampling every {base.interval:g} s")
+    ax.axhline(KEP_BYTES_PER_S / KEP_QPS, color="grey", linestyle=":", label="KEP: 0.1 MB/s at 10k QPS")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch ``secure-orca hpack SUBCOMMAND``."""
+    if args.hpack_command != "model":
+        raise UsageError(f"unknown subcommand {args.hpack_command!r}")
+    base, cells = scenarios_from(args)
+    results = run_cells(cells, args.jobs)
+    if args.plot:
+        plot(results, base, args.plot)
+    if args.json:
+        json.dump({"cells": [as_dict(r) for r in results]}, sys.stdout, indent=1)
+        print()
+        return 0
+    print(report_sizes())
+    print("\nNo mitigation (steady state; per-response figures averaged after warm-up):")
+    print(baseline_table(results))
+    print(f"\nMitigations at interval {base.interval:g} s, {base.decimals} decimals (saved: vs none):")
+    print(mitigation_table(results, base))
+    print(f"\n{KEP_QPS} QPS server-wide over connections of each rate (KEP: ~0.1 MB/s):")
+    print(claims_table(results, base))
+    if not all(r.replay_exact for r in results):
+        print("\nwarning: the walker's replay did not reproduce some blocks", file=sys.stderr)
+    return 0
