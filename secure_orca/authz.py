@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -112,6 +113,15 @@ class FrontProxyVerifier:
         valid_from = max(cert.not_valid_before_utc for cert in verified.chain)
         valid_until = min(cert.not_valid_after_utc for cert in verified.chain)
         return FrontProxyResult(True, "front-proxy", valid_from, valid_until)
+
+
+def shares_ca(client_cas: Sequence[x509.Certificate], requestheader_cas: Sequence[x509.Certificate]) -> bool:
+    """True when a certificate is in both bundles: with no allowed names, any client certificate could then act
+    as the front proxy (kube-apiserver refuses to start so since v1.35)."""
+    return bool(
+        {c.fingerprint(hashes.SHA256()) for c in client_cas}
+        & {c.fingerprint(hashes.SHA256()) for c in requestheader_cas}
+    )
 
 
 def _digest(secret: str | bytes) -> bytes:

@@ -9,8 +9,8 @@ policy grants it. The client identity comes from the ASGI TLS extension, ``scope
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
@@ -26,7 +26,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-log = logging.getLogger("secure_orca.middleware")
 _ORCA = frozenset(name.encode() for name in ORCA_HEADERS)
 FEATURE_OFF = Decision(False, "feature-off")
 NO_OPT_IN = Decision(False, "no-opt-in")
@@ -62,42 +61,51 @@ class ChainCache:
         return result
 
 
+@dataclass(frozen=True)
+class Authority:
+    """The policy and the front-proxy trust in force; replaced whole when credentials are reloaded."""
+
+    policy: Policy
+    chains: ChainCache | None = None
+
+    @classmethod
+    def build(cls, policy: Policy, verifier: FrontProxyVerifier | None) -> Authority:
+        return cls(policy, ChainCache(verifier) if verifier is not None else None)
+
+
 class LoadReportMiddleware:
-    """Wraps an ASGI app; ``enabled`` is the feature gate AND --enable-endpoint-load-metrics."""
+    """Wraps an ASGI app; ``enabled`` is the feature gate AND --enable-endpoint-load-metrics.
+
+    ``on_decision`` is called for every request that carries the opt-in (never for the others), and
+    ``on_stripped`` with the number of ORCA headers removed from an application's response.
+    """
 
     def __init__(
         self,
         app: ASGIApp,
         *,
         enabled: bool,
-        policy: Policy,
+        authority: Authority,
         sampler: Sampler,
-        verifier: FrontProxyVerifier | None = None,
         on_decision: Callable[[Decision], None] | None = None,
         on_stripped: Callable[[int], None] | None = None,
     ) -> None:
         self.app = app
         self.enabled = enabled
-        self.policy = policy
+        self.authority = authority
         self.sampler = sampler
-        self.chains = ChainCache(verifier) if verifier is not None else None
         self.on_decision = on_decision
         self.on_stripped = on_stripped
 
-    def identity(self, scope: Scope, now: dt.datetime) -> FrontProxyResult:
-        tls = scope.get("extensions", {}).get("tls") or {}
-        chain = tls.get("client_cert_chain")
-        if not chain or self.chains is None:
-            return NO_CERTIFICATE
-        return self.chains.lookup(tuple(chain), now)
-
     def decide(self, scope: Scope, optin_values: list[bytes]) -> Decision:
-        if not optin_values:
-            return NO_OPT_IN
         if not self.enabled:
             return FEATURE_OFF
+        authority = self.authority  # one read: a reload swaps policy and trust together
         now = dt.datetime.now(dt.UTC)
-        return self.policy.decide(optin_values, self.identity(scope, now), now)
+        tls = scope.get("extensions", {}).get("tls") or {}
+        chain = tls.get("client_cert_chain")
+        identity = authority.chains.lookup(tuple(chain), now) if chain and authority.chains else NO_CERTIFICATE
+        return authority.policy.decide(optin_values, identity, now)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -107,9 +115,11 @@ class LoadReportMiddleware:
         optin_values = [value for name, value in headers if name.lower() == OPTIN]
         if optin_values:
             scope = dict(scope, headers=[h for h in headers if h[0].lower() != OPTIN])
-        decision = self.decide(scope, optin_values)
-        if self.on_decision is not None:
-            self.on_decision(decision)
+        decision = NO_OPT_IN
+        if optin_values:
+            decision = self.decide(scope, optin_values)
+            if self.on_decision is not None:
+                self.on_decision(decision)
         counters = self.sampler.counters
         counters.in_flight += 1
 

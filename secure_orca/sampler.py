@@ -222,7 +222,11 @@ class Sampler:
             self.tick()
 
     def start(self) -> None:
-        self.tick()  # a first report at once (no rates yet: they need two samples)
+        """Publish a complete first report before returning (rates need two samples), then tick in the
+        background."""
+        self.sample(time.monotonic())
+        time.sleep(min(self.interval, 0.1))
+        self.tick()
         self._thread = threading.Thread(target=self._run, name="orca-sampler", daemon=True)
         self._thread.start()
 

@@ -17,18 +17,17 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-
 from . import demo, pki
-from .authz import DEFAULT_MODES, MODES, FrontProxyVerifier, Policy, SecretSet
+from .authz import DEFAULT_MODES, MODES, FrontProxyVerifier, Policy, SecretSet, shares_ca
 from .cli import UsageError
 from .credentials import CredentialError, check_key_pair, load_cert_bundle, load_secrets
 from .flags import FlagError, ProxyRoute, parse_duration, parse_feature_gates, parse_list, parse_proxy
-from .middleware import ASGIApp, LoadReportMiddleware
+from .metrics import Metrics, parse_address
+from .middleware import ASGIApp, Authority, LoadReportMiddleware
 from .proxy import ProxyApp
+from .reload import Reloader, TrustFiles, read_allowed_names
 from .sampler import Sampler
-from .server import ServerOptions, make_server_context, serve
+from .server import ServerOptions, bind_address, make_server_context, serve
 
 HELP = "serve HTTP/2 TLS with load reports for the front proxy or a shared secret only"
 log = logging.getLogger("secure_orca.serve")
@@ -51,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--requestheader-allowed-names",
         default="",
         help="comma list of Common Names allowed as front proxy; empty: any certificate from that CA",
+    )
+    a(
+        "--requestheader-allowed-names-file",
+        type=Path,
+        help="allowed Common Names, one per line, reloaded live (instead of --requestheader-allowed-names)",
     )
     a("--feature-gates", default="", help=f"e.g. {GATE}=true (default false)")
     a(
@@ -77,8 +81,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-requests-per-connection",
         type=int,
         default=1000,
-        help="close a connection gracefully after this many requests (hypercorn keep_alive_max_requests)",
+        help="rotate a connection gracefully after this many requests (HTTP/2 GOAWAY; HTTP/1.1 Connection: close)",
     )
+    a(
+        "--goaway-chance",
+        type=float,
+        default=0.0,
+        help="per HTTP/2 request, the chance (0 to 0.02) of a graceful GOAWAY so a load balancer can rebalance",
+    )
+    a("--metrics-bind-address", default="", help="serve Prometheus /metrics on HOST:PORT (off by default)")
+    a("--credential-reload-interval", default="1s", help="how often credential files are re-read (default 1s)")
     a(
         "--certs-dir",
         type=Path,
@@ -94,9 +106,7 @@ class ServeConfig:
 
     host: str
     port: int
-    cert: Path
-    key: Path
-    client_cas: list[Path]
+    files: TrustFiles
     enabled: bool
     policy: Policy
     verifier: FrontProxyVerifier | None
@@ -104,6 +114,9 @@ class ServeConfig:
     decimals: int
     routes: list[ProxyRoute] = field(default_factory=list)
     max_requests: int = 1000
+    goaway_chance: float = 0.0
+    metrics_address: str = ""
+    reload_interval: float = 1.0
     notes: list[str] = field(default_factory=list)
 
 
@@ -151,6 +164,15 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     if not 0.001 <= interval <= 60:  # type: ignore[operator]
         raise UsageError("--endpoint-load-metrics-interval: must be between 1ms and 60s")
     routes = [_flag("--proxy", lambda spec=spec: parse_proxy(spec)) for spec in args.proxy]
+    if not 0.0 <= args.goaway_chance <= 0.02:
+        raise UsageError(f"--goaway-chance: {args.goaway_chance} is not between 0 and 0.02")
+    reload_interval = _flag("--credential-reload-interval", lambda: parse_duration(args.credential_reload_interval))
+    if not 0.05 <= reload_interval <= 3600:  # type: ignore[operator]
+        raise UsageError("--credential-reload-interval: must be between 50ms and 1h")
+    if args.metrics_bind_address:
+        _flag("--metrics-bind-address", lambda: parse_address(args.metrics_bind_address))
+    if args.requestheader_allowed_names and args.requestheader_allowed_names_file:
+        raise UsageError("--requestheader-allowed-names-file: give either it or --requestheader-allowed-names")
     modes = parse_list(args.endpoint_load_metrics_auth)
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
@@ -174,10 +196,18 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
             if args.endpoint_load_metrics_secret_file and "shared-secret" in modes
             else []
         )
+        allowed = (
+            read_allowed_names(args.requestheader_allowed_names_file)
+            if args.requestheader_allowed_names_file
+            else parse_list(args.requestheader_allowed_names)
+        )
     except CredentialError as error:
         raise UsageError(str(error)) from None
-    allowed = parse_list(args.requestheader_allowed_names)
-    _refuse_shared_ca(client_cas, fp_cas, allowed)
+    if shares_ca(client_cas, fp_cas) and not allowed:
+        raise UsageError(
+            "--requestheader-allowed-names: must not be empty when --client-ca-file and "
+            "--requestheader-client-ca-file share a certificate (any client certificate could act as the proxy)"
+        )
     verifier = FrontProxyVerifier(fp_cas, allowed) if fp_cas else None
     usable = {"front-proxy": verifier is not None, "shared-secret": bool(secrets), "header-only": True}
     if enabled:
@@ -192,13 +222,19 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
                 "WARNING: --endpoint-load-metrics-auth includes header-only: any client that reaches this "
                 "server can read its load (KEP-6315 option 1)"
             )
-    ca_paths = [p for p in (args.client_ca_file, args.requestheader_client_ca_file) if p]
+    files = TrustFiles(
+        cert=args.tls_cert_file,
+        key=args.tls_private_key_file,
+        client_ca=args.client_ca_file,
+        requestheader_ca=args.requestheader_client_ca_file,
+        allowed_names_file=args.requestheader_allowed_names_file,
+        secret_file=args.endpoint_load_metrics_secret_file,
+        allowed_names=allowed,
+    )
     return ServeConfig(
         host=args.bind_address,
         port=args.secure_port,
-        cert=args.tls_cert_file,
-        key=args.tls_private_key_file,
-        client_cas=ca_paths,
+        files=files,
         enabled=enabled,
         policy=Policy(frozenset(m for m in modes if usable[m]), SecretSet(secrets) if secrets else None),
         verifier=verifier,
@@ -206,28 +242,29 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         decimals=args.endpoint_load_metrics_decimals,
         routes=routes,  # type: ignore[arg-type]
         max_requests=args.max_requests_per_connection,
+        goaway_chance=args.goaway_chance,
+        metrics_address=args.metrics_bind_address,
+        reload_interval=reload_interval,  # type: ignore[arg-type]
         notes=notes,
     )
 
 
-def _refuse_shared_ca(client_cas: list[x509.Certificate], fp_cas: list[x509.Certificate], allowed: list[str]) -> None:
-    """kube-apiserver (>= 1.35) refuses a CA in both bundles when no allowed names restrict the proxy."""
-    shared = {c.fingerprint(hashes.SHA256()) for c in client_cas} & {c.fingerprint(hashes.SHA256()) for c in fp_cas}
-    if shared and not allowed:
-        raise UsageError(
-            "--requestheader-allowed-names: must not be empty when --client-ca-file and "
-            "--requestheader-client-ca-file share a certificate (any client certificate could act as the proxy)"
-        )
-
-
-def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddleware, ProxyApp | None]:
+def build_app(
+    config: ServeConfig, sampler: Sampler, metrics: Metrics | None = None
+) -> tuple[LoadReportMiddleware, ProxyApp | None]:
+    """The middleware around the demo backend (or the proxy in front of it)."""
     inner: ASGIApp = demo.app
     proxy = None
     if config.routes:
         proxy = ProxyApp(config.routes, demo.app)
         inner = proxy
     middleware = LoadReportMiddleware(
-        inner, enabled=config.enabled, policy=config.policy, sampler=sampler, verifier=config.verifier
+        inner,
+        enabled=config.enabled,
+        authority=Authority.build(config.policy, config.verifier),
+        sampler=sampler,
+        on_decision=metrics.on_decision if metrics else None,
+        on_stripped=metrics.on_stripped if metrics else None,
     )
     return middleware, proxy
 
@@ -238,12 +275,19 @@ def run(args: argparse.Namespace) -> int:
     for note in config.notes:
         (log.warning if note.startswith("WARNING") else log.info)(note.removeprefix("WARNING: "))
     sampler = Sampler(config.interval, decimals=config.decimals)
-    app, proxy = build_app(config, sampler)
+    metrics = None
+    if config.metrics_address:
+        metrics = Metrics(sampler, lambda: _verifications(app))
+    app, proxy = build_app(config, sampler, metrics)
+    files = config.files
+    context = make_server_context(files.cert, files.key, [p for p in (files.client_ca, files.requestheader_ca) if p])
+    reloader = Reloader(files, context, app, config.policy.modes, metrics.on_reload if metrics else None)
     options = ServerOptions(
         host=config.host,
         port=config.port,
-        context=make_server_context(config.cert, config.key, config.client_cas),
-        keep_alive_max_requests=config.max_requests,
+        context=context,
+        max_requests_per_connection=config.max_requests,
+        goaway_chance=config.goaway_chance,
         access_log=args.verbose,
     )
     log.info(
@@ -251,6 +295,14 @@ def run(args: argparse.Namespace) -> int:
         "on" if config.enabled else "off",
         ",".join(sorted(config.policy.modes)) or "none",
     )
+    if metrics is not None:
+        try:
+            port = metrics.serve(config.metrics_address)
+        except OSError as error:
+            raise UsageError(
+                f"--metrics-bind-address: cannot listen on {config.metrics_address}: {error.strerror}"
+            ) from None
+        log.info("metrics on http://%s/metrics", bind_address(parse_address(config.metrics_address)[0], port))
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -259,9 +311,11 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         if config.enabled:
             sampler.start()
+        reloading = asyncio.create_task(reloader.run(config.reload_interval))
         try:
             await serve(app, options, stop.wait)
         finally:
+            reloading.cancel()
             sampler.stop()
             if proxy is not None:
                 await proxy.aclose()
@@ -276,3 +330,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot serve on {config.host}:{config.port}: {error.strerror}") from None
     log.info("stopped")
     return 0
+
+
+def _verifications(app: LoadReportMiddleware) -> int:
+    chains = app.authority.chains
+    return chains.verifier.verifications if chains else 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import _ssl
 import importlib.metadata
 import logging
+import random
 import ssl
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
@@ -24,11 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h2.connection
+import h2.errors
+import h2.events
 import hypercorn.asyncio.run as hypercorn_run
 from cryptography import x509
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config
+from hypercorn.events import RawData, Updated
+from hyperframe.frame import GoAwayFrame
 
 log = logging.getLogger("secure_orca.server")
 HYPERCORN_VERSION = "0.18.0"
@@ -73,21 +79,48 @@ def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[str, Any] | None:
     }
 
 
-class _WithTLS:
-    """Hypercorn's app wrapper for one connection, adding the TLS extension to every request scope."""
+class ConnectionApp:
+    """Hypercorn's app wrapper for one connection: adds the TLS extension to every request scope, and rotates
+    the connection gracefully after ``max_requests`` requests or, per HTTP/2 request, with ``goaway_chance``
+    (kube-apiserver's --goaway-chance), so that a load balancer can rebalance long-lived connections."""
 
-    def __init__(self, inner: Any, tls: dict[str, Any] | None) -> None:
+    def __init__(self, inner: Any, tls: dict[str, Any] | None, server: TLSAwareTCPServer) -> None:
         self.inner = inner
         self.tls = tls
+        self.server = server
+        self.requests = 0
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, *args: Any) -> Any:
-        if self.tls is not None and scope["type"] == "http":
+        if scope["type"] != "http":
+            return await self.inner(scope, receive, send, *args)
+        if self.tls is not None:
             scope["extensions"] = {**scope.get("extensions", {}), "tls": self.tls}
+        self.requests += 1
+        config = self.server.config
+        rotate = self.requests >= config.rotate_after_requests
+        if scope.get("http_version") == "2":
+            if rotate or (config.goaway_chance and random.random() < config.goaway_chance):
+                await self.server.graceful_goaway()
+        elif rotate:
+            send = _closing(send)
         return await self.inner(scope, receive, send, *args)
 
 
+def _closing(send: Any) -> Any:
+    """An HTTP/1.1 response that closes the connection after it is sent."""
+
+    async def wrapped(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+        await send(message)
+
+    return wrapped
+
+
 class TLSAwareTCPServer(TCPServer):
-    """hypercorn's TCPServer, reading the peer certificate once per connection (after the handshake)."""
+    """hypercorn's TCPServer, reading the peer certificate once per connection (after the handshake), and able
+    to close an HTTP/2 connection gracefully: GOAWAY with the last stream id, in-flight streams finished, later
+    streams refused with REFUSED_STREAM (safe for any client to retry), then the connection closed."""
 
     def __init__(self, app: Any, loop: Any, config: Any, context: Any, state: Any, reader: Any, writer: Any):
         try:
@@ -95,7 +128,35 @@ class TLSAwareTCPServer(TCPServer):
         except Exception as error:  # never fail a connection here: it just gets no identity
             log.warning("cannot read the client certificate (%s); treating it as absent", type(error).__name__)
             tls = {"client_cert_chain": [], "client_cert_error": type(error).__name__}
-        super().__init__(_WithTLS(app, tls), loop, config, context, state, reader, writer)
+        super().__init__(ConnectionApp(app, tls, self), loop, config, context, state, reader, writer)
+        self.goaway_last_stream: int | None = None
+
+    async def graceful_goaway(self) -> None:
+        h2_protocol = getattr(self.protocol, "protocol", None)
+        connection = getattr(h2_protocol, "connection", None)
+        if self.goaway_last_stream is not None or not isinstance(connection, h2.connection.H2Connection):
+            return
+        last = connection.highest_inbound_stream_id
+        self.goaway_last_stream = last
+        create_stream = h2_protocol._create_stream  # type: ignore[union-attr]
+
+        async def refuse_later_streams(request: h2.events.RequestReceived) -> None:
+            if request.stream_id > last:
+                connection.reset_stream(request.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            else:
+                await create_stream(request)
+
+        h2_protocol._create_stream = refuse_later_streams  # type: ignore[union-attr]
+        frame = GoAwayFrame(0, last_stream_id=last, error_code=0)
+        await super().protocol_send(RawData(frame.serialize()))
+
+    async def protocol_send(self, event: Any) -> None:
+        await super().protocol_send(event)
+        if self.goaway_last_stream is not None and isinstance(event, Updated) and event.idle:
+            connection = self.protocol.protocol.connection  # type: ignore[attr-defined]
+            connection.close_connection(last_stream_id=self.goaway_last_stream)
+            await super().protocol_send(RawData(connection.data_to_send()))
+            await self._initiate_server_close()
 
 
 @contextmanager
@@ -131,7 +192,8 @@ class ServerOptions:
     host: str
     port: int
     context: ssl.SSLContext
-    keep_alive_max_requests: int = 1000
+    max_requests_per_connection: int = 1000
+    goaway_chance: float = 0.0
     graceful_timeout: float = 10.0
     access_log: bool = False
 
@@ -139,9 +201,12 @@ class ServerOptions:
 class _Config(Config):
     """hypercorn Config serving our prepared SSLContext."""
 
-    def __init__(self, context: ssl.SSLContext) -> None:
+    def __init__(self, context: ssl.SSLContext, rotate_after_requests: int, goaway_chance: float) -> None:
         super().__init__()
         self._context = context
+        self.rotate_after_requests = rotate_after_requests
+        self.goaway_chance = goaway_chance
+        self.keep_alive_max_requests = 2**62  # rotation is ours: graceful, unlike hypercorn's own
         self.certfile = "unused"  # marks TLS as enabled; the context comes from create_ssl_context
         self.keyfile = "unused"
 
@@ -162,10 +227,9 @@ async def serve(
     installed = importlib.metadata.version("hypercorn")
     if installed != HYPERCORN_VERSION:
         log.warning("secure_orca is tested with hypercorn %s, not %s", HYPERCORN_VERSION, installed)
-    config = _Config(options.context)
+    config = _Config(options.context, options.max_requests_per_connection, options.goaway_chance)
     config.bind = [bind_address(options.host, options.port)]
     config.alpn_protocols = ["h2", "http/1.1"]
-    config.keep_alive_max_requests = options.keep_alive_max_requests
     config.graceful_timeout = options.graceful_timeout
     config.accesslog = logging.getLogger("secure_orca.access") if options.access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")

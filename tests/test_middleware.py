@@ -10,7 +10,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.authz import FrontProxyVerifier, Policy, SecretSet
-from secure_orca.middleware import LoadReportMiddleware
+from secure_orca.middleware import Authority, LoadReportMiddleware
 from secure_orca.sampler import Sampler
 
 FP_CA = pki.make_ca("front-proxy-ca")
@@ -52,9 +52,10 @@ def make(enabled: bool = True, modes: frozenset[str] = frozenset({"front-proxy",
     middleware = LoadReportMiddleware(
         backend,
         enabled=enabled,
-        policy=Policy(modes, SecretSet([SECRET])),
+        authority=Authority.build(
+            Policy(modes, SecretSet([SECRET])), FrontProxyVerifier([FP_CA.cert], ["front-proxy-client"])
+        ),
         sampler=sampler,
-        verifier=FrontProxyVerifier([FP_CA.cert], ["front-proxy-client"]),
         on_decision=lambda d: decisions.append(d.reason),
     )
     return middleware, backend, sampler, decisions
@@ -101,7 +102,7 @@ def test_attach_only_when_granted_and_always_strip(headers, chain, reason) -> No
     middleware, backend, sampler, decisions = make()
     sent = call(middleware, [(b"accept", b"*/*"), *headers], chain)
     granted = reason in ("front-proxy", "shared-secret")
-    assert decisions == [reason]
+    assert decisions == ([] if reason == "no-opt-in" else [reason])
     assert orca(sent) == ([sampler.header] if granted else [])
     assert backend.seen == [(b"accept", b"*/*")]  # opt-in (and secret) never reach the application
     start = sent[0]
@@ -112,7 +113,8 @@ def test_attach_only_when_granted_and_always_strip(headers, chain, reason) -> No
 def test_feature_off_never_attaches() -> None:
     middleware, _, _, decisions = make(enabled=False)
     assert orca(call(middleware, [OPT_IN], [FP_PEM])) == []
-    assert decisions == ["feature-off"]
+    assert orca(call(middleware, [], [FP_PEM])) == []
+    assert decisions == ["feature-off"]  # requests without the opt-in are not decided (nor counted)
 
 
 def test_no_encoding_and_one_verification_per_chain() -> None:
@@ -121,7 +123,7 @@ def test_no_encoding_and_one_verification_per_chain() -> None:
     for _ in range(50):
         assert len(orca(call(middleware, [OPT_IN], [FP_PEM]))) == 1
     assert sampler.encodes == encodes
-    assert middleware.chains is not None and middleware.chains.verifier.verifications == 1
+    assert middleware.authority.chains is not None and middleware.authority.chains.verifier.verifications == 1
 
 
 def test_counters_track_requests_errors_and_in_flight() -> None:
@@ -137,14 +139,14 @@ def test_non_http_scopes_pass_through() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         seen.append(scope["type"])
 
-    middleware = LoadReportMiddleware(app, enabled=True, policy=Policy(frozenset()), sampler=Sampler())
+    middleware = LoadReportMiddleware(app, enabled=True, authority=Authority(Policy(frozenset())), sampler=Sampler())
     asyncio.run(middleware({"type": "lifespan"}, None, None))  # type: ignore[arg-type]
     assert seen == ["lifespan"]
 
 
 def test_cached_grant_expires_with_the_certificate() -> None:
     middleware, *_ = make()
-    assert middleware.chains is not None
+    assert middleware.authority.chains is not None
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3650)
-    result = middleware.chains.lookup((FP_PEM,), dt.datetime.now(dt.UTC))
+    result = middleware.authority.chains.lookup((FP_PEM,), dt.datetime.now(dt.UTC))
     assert result.ok and not result.holds_at(later)
