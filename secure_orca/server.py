@@ -15,6 +15,8 @@ clientAuth: such handshakes fail, which refuses the report all the same.
 from __future__ import annotations
 
 import _ssl
+import asyncio
+import contextlib
 import importlib.metadata
 import logging
 import random
@@ -28,6 +30,7 @@ from typing import Any
 import h2.connection
 import h2.errors
 import h2.events
+import h2.exceptions
 import hypercorn.asyncio.run as hypercorn_run
 from cryptography import x509
 from hypercorn.asyncio import serve as hypercorn_serve
@@ -130,6 +133,7 @@ class TLSAwareTCPServer(TCPServer):
             tls = {"client_cert_chain": [], "client_cert_error": type(error).__name__}
         super().__init__(ConnectionApp(app, tls, self), loop, config, context, state, reader, writer)
         self.goaway_last_stream: int | None = None
+        self._closing: asyncio.Task[None] | None = None
 
     async def graceful_goaway(self) -> None:
         h2_protocol = getattr(self.protocol, "protocol", None)
@@ -142,7 +146,8 @@ class TLSAwareTCPServer(TCPServer):
 
         async def refuse_later_streams(request: h2.events.RequestReceived) -> None:
             if request.stream_id > last:
-                connection.reset_stream(request.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+                with contextlib.suppress(h2.exceptions.ProtocolError):  # the client may have reset it already
+                    connection.reset_stream(request.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
             else:
                 await create_stream(request)
 
@@ -152,11 +157,27 @@ class TLSAwareTCPServer(TCPServer):
 
     async def protocol_send(self, event: Any) -> None:
         await super().protocol_send(event)
-        if self.goaway_last_stream is not None and isinstance(event, Updated) and event.idle:
-            connection = self.protocol.protocol.connection  # type: ignore[attr-defined]
-            connection.close_connection(last_stream_id=self.goaway_last_stream)
+        if self.goaway_last_stream is not None and isinstance(event, Updated) and event.idle and not self._closing:
+            self._closing = asyncio.get_running_loop().create_task(self._final_goaway())
+
+    async def _final_goaway(self) -> None:
+        """Once every stream's last frame is on the wire (h2 counts it closed), send the final GOAWAY; the client
+        then closes, or hypercorn's idle timeout does. Closing sooner would cut responses still being sent."""
+        connection = self.protocol.protocol.connection  # type: ignore[attr-defined]
+        for _ in range(500):  # at most about 5 s
+            if connection.open_inbound_streams == 0:
+                break
+            await asyncio.sleep(0.01)
+        if connection.state_machine.state == h2.connection.ConnectionState.CLOSED or self.writer.is_closing():
+            return  # the client closed first, as it should once every stream is done
+        connection.close_connection(last_stream_id=self.goaway_last_stream)
+        with contextlib.suppress(ConnectionError, RuntimeError, AttributeError):  # closed meanwhile
             await super().protocol_send(RawData(connection.data_to_send()))
-            await self._initiate_server_close()
+
+    async def _close(self) -> None:
+        # asyncio raises this when the peer sends after our close_notify; the connection is over either way.
+        with contextlib.suppress(ssl.SSLError):
+            await super()._close()
 
 
 @contextmanager

@@ -1,0 +1,180 @@
+"""Live credential rotation and the metrics that show it, on a real server: files change on disk, the server
+keeps running, established connections stay up, refused files leave the last good content in force."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from secure_orca import launch, pki
+
+from .conftest import load_issued, write_client
+
+OPT_IN = "endpoint-load-metrics-request"
+RELOAD = "0.1s"
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll until ``check`` holds (bounded); the reload interval is 100 ms."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not seen within {timeout}s: {what}")
+
+
+@dataclass
+class Rig:
+    replica: launch.Replica
+    root: Path
+    ca: Path
+    metrics_url: str
+
+    def client(self, cert: Path | None = None, key: Path | None = None) -> httpx.Client:
+        context = ssl.create_default_context(cafile=str(self.ca))
+        if cert is not None:
+            context.load_cert_chain(cert, key)
+        return httpx.Client(verify=context, http2=True, timeout=10)
+
+    def report(self, http: httpx.Client, value: str = "TEXT") -> bool:
+        response = http.get(self.replica.url + "/version", headers={OPT_IN: value})
+        assert response.status_code == 200
+        return "endpoint-load-metrics" in response.headers
+
+    def metrics(self) -> str:
+        return httpx.get(self.metrics_url, timeout=5).text
+
+    def log(self) -> str:
+        return "".join(self.replica.process.lines)
+
+
+def replace(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Atomic replacement, as a Kubernetes volume or a rotation script does it."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+@pytest.fixture()
+def rig(dev_pki: pki.DevPKI, tmp_path: Path) -> Iterator[Rig]:
+    root = tmp_path / "live"
+    shutil.copytree(dev_pki.root, root)
+    live = pki.DevPKI(root)
+    names = root / "allowed-names"
+    names.write_text(f"# front proxies\n{pki.FRONT_PROXY_CN}\n")
+    flags = [
+        "--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
+        "--requestheader-client-ca-file", str(live.cert("front_proxy_ca")),
+        "--requestheader-allowed-names-file", str(names),
+        "--endpoint-load-metrics-secret-file", str(live.secret),
+        "--credential-reload-interval", RELOAD, "--metrics-bind-address", "127.0.0.1:0",
+    ]  # fmt: skip
+    with launch.replicas([launch.serve_argv(live, flags)]) as (replica,):
+        match = re.search(r"metrics on (http://\S+/metrics)", "".join(replica.process.lines))
+        assert match, replica.process.output()
+        yield Rig(replica, root, live.cert("ca"), match.group(1))
+
+
+def test_secret_rotation_and_a_refused_empty_file(rig: Rig) -> None:
+    secret_file = rig.root / pki.SECRET_FILE
+    old = secret_file.read_text().strip()
+    new = pki.new_secret()
+    with rig.client() as http:
+        assert rig.report(http, f"TEXT; secret={old}")
+        replace(secret_file, f"{old}\n{new}\n".encode())  # rotation step 1: both valid
+        eventually(lambda: rig.report(http, f"TEXT; secret={new}"), "new secret accepted")
+        assert rig.report(http, f"TEXT; secret={old}")
+        replace(secret_file, f"{new}\n".encode())  # step 2: old secret retired
+        eventually(lambda: not rig.report(http, f"TEXT; secret={old}"), "old secret refused")
+        replace(secret_file, b"")  # a broken rotation: refused, the last good content stays
+        eventually(lambda: "reload of --requestheader-client-ca-file refused" in rig.log(), "refusal logged")
+        assert rig.report(http, f"TEXT; secret={new}")
+        replace(secret_file, f"{new}\n".encode(), 0o644)  # world-readable: refused too
+        eventually(lambda: rig.log().count("refused, keeping the last good content") >= 2, "second refusal")
+        assert rig.report(http, f"TEXT; secret={new}")
+    assert old not in rig.log() and new not in rig.log()
+    metrics = rig.metrics()
+    assert re.search(r'secure_orca_credential_reloads_total\{flag="--requestheader-client-ca-file",'
+                     r'result="failure"\} 2\.0', metrics)  # fmt: skip
+    assert re.search(r'secure_orca_load_reports_total\{reason="secret",result="refused"\} [1-9]', metrics)
+    assert re.search(r'secure_orca_load_reports_total\{reason="shared-secret",result="attached"\} [1-9]', metrics)
+
+
+def test_rotated_out_ca_stops_granting_on_established_connections(rig: Rig, tmp_path: Path) -> None:
+    live = pki.DevPKI(rig.root)
+    fp = write_client(tmp_path, "fp", load_issued(live.cert("front_proxy_client"), live.key("front_proxy_client")))
+    new_ca = pki.make_ca("front-proxy-ca-2")
+    new_fp = write_client(tmp_path, "fp2", pki.issue(new_ca, pki.FRONT_PROXY_CN))
+    with rig.client(fp.cert, fp.key) as established:
+        assert rig.report(established)
+        # Both CAs during the overlap, then only the new one.
+        replace(live.cert("front_proxy_ca"), live.cert("front_proxy_ca").read_bytes() + new_ca.cert_pem(), 0o644)
+
+        def new_ca_granted() -> bool:
+            try:  # until the reload, the new CA's certificate fails the handshake
+                with rig.client(new_fp.cert, new_fp.key) as fresh:
+                    return rig.report(fresh)
+            except httpx.TransportError:
+                return False
+
+        eventually(new_ca_granted, "new CA grants on a new connection")
+        assert rig.report(established)
+        replace(live.cert("front_proxy_ca"), new_ca.cert_pem(), 0o644)
+        eventually(lambda: not rig.report(established), "removed CA refused on the established connection")
+        response = established.get(rig.replica.url + "/version")
+        assert response.status_code == 200  # the connection itself stays up
+    with rig.client(new_fp.cert, new_fp.key) as fresh:
+        assert rig.report(fresh)
+    assert re.search(r'reason="untrusted-ca",result="refused"\} [1-9]', rig.metrics())
+
+
+def test_allowed_names_file_is_live(rig: Rig, tmp_path: Path) -> None:
+    live = pki.DevPKI(rig.root)
+    fp = write_client(tmp_path, "fp", load_issued(live.cert("front_proxy_client"), live.key("front_proxy_client")))
+    with rig.client(fp.cert, fp.key) as http:
+        assert rig.report(http)
+        replace(rig.root / "allowed-names", b"some-other-proxy\n", 0o644)
+        eventually(lambda: not rig.report(http), "name no longer allowed")
+        replace(rig.root / "allowed-names", f"{pki.FRONT_PROXY_CN}\n".encode(), 0o644)
+        eventually(lambda: rig.report(http), "name allowed again")
+
+
+def test_serving_certificate_rotation_keeps_connections(rig: Rig) -> None:
+    live = pki.DevPKI(rig.root)
+    ca = load_issued(live.cert("ca"), live.key("ca"))
+    with rig.client() as established:
+        assert established.get(rig.replica.url + "/healthz").status_code == 200
+        old_serial = _served_serial(rig)
+        fresh = pki.issue(ca, "kube-apiserver-2", dns=("localhost",), ips=("127.0.0.1", "::1"), eku=None)
+        replace(live.key("server"), fresh.key_pem())  # key first: a mismatched pair is refused meanwhile
+        replace(live.cert("server"), fresh.cert_pem(), 0o644)
+        eventually(lambda: _served_serial(rig) != old_serial, "new serving certificate presented")
+        assert _served_serial(rig) == fresh.cert.serial_number
+        assert established.get(rig.replica.url + "/healthz").status_code == 200
+    assert "reloaded --tls-cert-file" in rig.log()
+
+
+def _served_serial(rig: Rig) -> int:
+    from cryptography import x509
+
+    pem = ssl.get_server_certificate((rig.replica.host, rig.replica.port), ca_certs=str(rig.ca))
+    return x509.load_pem_x509_certificate(pem.encode()).serial_number
+
+
+def test_metrics_expose_sampler_and_current_values(rig: Rig) -> None:
+    eventually(lambda: "secure_orca_sampler_ticks_total" in rig.metrics(), "sampler metrics")
+    metrics = rig.metrics()
+    ticks = float(re.search(r"^secure_orca_sampler_ticks_total ([0-9.e+]+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
+    assert ticks >= 1
+    assert re.search(r'secure_orca_load_report_value\{metric="cpu_utilization"\}', metrics)
+    assert "secure_orca_sampler_errors_total 0.0" in metrics
