@@ -1,0 +1,353 @@
+"""The bypass-client audit: pure parts (vectors, classification, statistics, verdict) and runs against our own
+server in each configuration (real replicas on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from secure_orca import cli, launch, pki, probe
+from secure_orca.probe import Exchange, ProbeConfig
+
+from .conftest import fp_flags
+
+SECRET = "s3cr3t-" + "x" * 36
+
+# --- pure -------------------------------------------------------------------------------------------------
+
+
+def _vectors(**kwargs: object) -> list[probe.Vector]:
+    identities = [probe.NO_CERT, *probe.mint_identities("front-proxy-client")]
+    return probe.build_vectors(("/version", "/proxied/x"), identities, seed=1, **kwargs)  # type: ignore[arg-type]
+
+
+def test_vectors_cover_every_protocol_identity_and_path() -> None:
+    vectors = _vectors()
+    names = [v.name for v in vectors]
+    assert len(names) == len(set(names))
+    assert {v.protocol for v in vectors} == set(probe.PROTOCOLS)
+    assert {v.identity for v in vectors} == {"none", "self-signed", "wrong-ca", "expired", "wrong-eku"}
+    assert {v.path for v in vectors} == {"/version", "/proxied/x"}
+    assert {v.group for v in vectors} == {"identity", "header", "secret", "path", "cleartext"}
+    variants = {v.variant for v in vectors}
+    assert {"no-opt-in", "TEXT", "JSON", "BIN", "lowercase", "duplicate", "long-value", "non-ascii-utf8"} <= variants
+    assert {"secret-empty", "secret-wrong", "secret-duplicate"} <= variants
+    assert "secret-prefix-half" in {v.variant for v in _vectors(known_secret=SECRET)}
+    assert all(v.description and v.shown for v in vectors if v.variant != "no-opt-in")
+
+
+def test_vectors_never_show_or_send_the_real_secret() -> None:
+    vectors = _vectors(known_secret=SECRET, secret_guess="candidate-" + "g" * 30)
+    for v in vectors:
+        assert SECRET not in repr(v) and SECRET not in json.dumps(v.to_json())
+        assert "candidate-" not in repr(v) and "candidate-" not in json.dumps(v.to_json())
+        assert (probe.OPTIN, f"TEXT; secret={SECRET}".encode()) not in v.headers
+    secret_values = {value for v in vectors if v.group == "secret" for _, value in v.headers}
+    assert f"TEXT; secret={SECRET[:-1]}".encode() in secret_values  # a near miss of the real secret
+    assert b"TEXT; secret=candidate-" + b"g" * 30 in secret_values  # the given guess
+
+
+def test_wrong_secret_has_the_real_length() -> None:
+    (wrong,) = [v for v in _vectors(known_secret=SECRET) if v.variant == "secret-wrong" and v.protocol == "h2"]
+    assert len(wrong.headers[0][1]) == len(f"TEXT; secret={SECRET}")
+
+
+def test_controls_use_the_lb_credentials() -> None:
+    lb = probe.Identity("lb", "lb", Path("lb.crt"), Path("lb.key"))
+    controls = probe.control_vectors("/version", lb, SECRET)
+    assert [(c.identity, c.protocol) for c in controls] == [("lb", "h2"), ("none", "h2")]
+    assert controls[1].headers == ((probe.OPTIN, f"TEXT; secret={SECRET}".encode()),)
+    assert SECRET not in repr(controls) and "<redacted>" in controls[1].shown[0]
+    assert probe.control_vectors("/version", None, None) == []
+
+
+@pytest.mark.parametrize("index", [0, -1, 5])
+def test_flip_changes_one_character_and_keeps_the_length(index: int) -> None:
+    flipped = probe._flip(SECRET, index, random.Random(0))
+    assert len(flipped) == len(SECRET)
+    assert [i for i, (a, b) in enumerate(zip(flipped, SECRET, strict=True)) if a != b] == [index % len(SECRET)]
+
+
+def test_find_orca_in_headers_and_trailers() -> None:
+    assert probe.find_orca([(b"Endpoint-Load-Metrics", b"TEXT cpu_utilization=0.3")], []) == [
+        "header endpoint-load-metrics"
+    ]
+    assert probe.find_orca([(b"endpoint-load-metrics-bin", b"CQAAAA==")], []) == ["header endpoint-load-metrics-bin"]
+    assert probe.find_orca([], [(b"x-load", b"TEXT cpu_utilization=0.3, rps_fractional=2")]) == ["trailer x-load"]
+    assert probe.find_orca([(b"x-load", b"TEXT cpu_utilization=0.3")], [(b"grpc-status", b"0")]) == []
+
+
+@pytest.mark.parametrize(
+    ("exchange", "protocol", "with_cert", "expected"),
+    [
+        (Exchange(200, [(b"endpoint-load-metrics", b"TEXT eps=1")]), "h2", False, "leak"),
+        (Exchange(200, [(b"content-type", b"x")]), "http/1.1", False, "no-report"),
+        (Exchange(error_kind="handshake", error="TLSV13_ALERT_CERTIFICATE_REQUIRED"), "h2", True, "refused-handshake"),
+        (Exchange(error_kind="closed"), "h2", True, "refused-handshake"),
+        (Exchange(error_kind="closed"), "h2", False, "not-accepted"),
+        (Exchange(error_kind="reset", error="PROTOCOL_ERROR"), "h2", False, "not-accepted"),
+        (Exchange(error_kind="not-h2"), "h2", False, "not-accepted"),
+        (Exchange(error_kind="timeout"), "h2c", False, "not-accepted"),
+        (Exchange(error_kind="protocol"), "http/1.1-cleartext", False, "not-accepted"),
+        (Exchange(200, [(b"endpoint-load-metrics", b"TEXT eps=1")]), "http/1.1-cleartext", False, "leak"),
+        (Exchange(error_kind="timeout"), "http/1.1", False, "error"),
+        (Exchange(error_kind="connect"), "h2c", False, "error"),
+    ],
+)
+def test_classify(exchange: Exchange, protocol: probe.Protocol, with_cert: bool, expected: str) -> None:
+    assert probe.classify(exchange, protocol, with_cert)[0] == expected
+
+
+def test_http1_parser_reads_chunked_trailers() -> None:
+    raw = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
+        b"5\r\nhello\r\n0\r\nEndpoint-Load-Metrics: TEXT cpu_utilization=0.5\r\n\r\n"
+    )
+    assert probe.http1_complete(raw)
+    got = probe.parse_http1_response(raw)
+    assert got.status == 200 and got.trailers == [(b"endpoint-load-metrics", b"TEXT cpu_utilization=0.5")]
+    assert probe.classify(got, "http/1.1")[0] == "leak"
+    assert not probe.http1_complete(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
+    assert probe.parse_http1_response(b"\x15\x03\x03\x00\x02\x02\x46").error_kind == "protocol"
+    assert probe.parse_http1_response(b"").error_kind == "closed"
+
+
+def test_u_test_on_separated_samples_matches_the_normal_approximation() -> None:
+    # U = 0, mean 12.5, variance 5*5*11/12; z = (12.5 - 0.5) / sqrt(22.9167) = 2.5067; p = 0.01219
+    result = probe.mann_whitney_u([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
+    assert result.u == 0
+    assert result.z == pytest.approx(-2.5067, abs=1e-3)
+    assert result.p_value == pytest.approx(0.01219, abs=1e-4)
+    swapped = probe.mann_whitney_u([6, 7, 8, 9, 10], [1, 2, 3, 4, 5])
+    assert swapped.u == 25 and swapped.p_value == pytest.approx(result.p_value)
+
+
+def test_u_test_with_ties_and_identical_samples() -> None:
+    assert probe.mann_whitney_u([3.0] * 10, [3.0] * 10).p_value == 1.0
+    same = probe.mann_whitney_u([1, 2, 2, 3, 4], [1, 2, 3, 3, 4])
+    assert same.p_value > 0.5
+    rng = random.Random(7)
+    a = [rng.gauss(100, 5) for _ in range(300)]
+    b = [rng.gauss(100, 5) for _ in range(300)]
+    assert probe.mann_whitney_u(a, b).p_value > 0.001
+    shifted = [x + 3 for x in b]
+    assert probe.mann_whitney_u(a, shifted).p_value < 1e-6
+    with pytest.raises(ValueError):
+        probe.mann_whitney_u([], [1.0])
+
+
+def _result(outcome: probe.Outcome, group: str = "header") -> probe.VectorResult:
+    vector = probe.Vector(f"{group}:{outcome}", "d", "none", "h2", "/version", group=group)
+    return probe.VectorResult(vector, outcome, "kind: detail")
+
+
+def test_verdicts() -> None:
+    ok, failed = [_result("leak", "control")], [_result("no-report", "control")]
+    clean = [_result("no-report"), _result("refused-handshake"), _result("not-accepted")]
+    assert probe.decide(ok, clean)[0] == "no-leak"
+    assert probe.decide(ok, [*clean, _result("leak")])[0] == "leak"
+    assert probe.decide([], [*clean, _result("leak")])[0] == "leak"  # a leak needs no control
+    assert probe.decide([], clean)[0] == "inconclusive"
+    assert probe.decide(failed, clean)[0] == "inconclusive"
+    assert probe.decide(ok, [*clean, _result("error")])[0] == "inconclusive"
+    assert probe.decide([], [], "cannot reach")[0] == "unreachable"
+    assert {v: probe.EXIT_CODES[v] for v in ("no-leak", "leak", "inconclusive", "unreachable")} == {
+        "no-leak": 0,
+        "leak": 1,
+        "inconclusive": 2,
+        "unreachable": 2,
+    }
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "ftp://x", "https://", "https://127.0.0.1:99999"])
+def test_target_refuses_bad_urls(url: str) -> None:
+    with pytest.raises(probe.ProbeError):
+        probe.Target.parse(url)
+
+
+# --- against our own server -------------------------------------------------------------------------------
+
+
+class _OrcaBackend(BaseHTTPRequestHandler):
+    """A proxied backend that always returns ORCA headers: the server in front must strip them."""
+
+    def do_GET(self) -> None:
+        body = b"{}"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.send_header("endpoint-load-metrics", "TEXT cpu_utilization=0.99, rps_fractional=1")
+        self.send_header("endpoint-load-metrics-bin", "CQAAAAAAAOA/")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def orca_backend() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OrcaBackend)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+CONFIGS = ("header-only", "front-proxy", "shared-secret", "front-proxy,shared-secret")
+
+
+@pytest.fixture(scope="module")
+def servers(dev_pki: pki.DevPKI, orca_backend: str) -> Iterator[dict[str, str]]:
+    """One replica per configuration, each proxying /proxied to a backend that returns ORCA headers."""
+    argvs = [
+        launch.serve_argv(dev_pki, fp_flags(dev_pki, modes, "--proxy", f"/proxied={orca_backend}")) for modes in CONFIGS
+    ]
+    with launch.replicas(argvs) as started:
+        yield {modes: replica.url for modes, replica in zip(CONFIGS, started, strict=True)}
+
+
+def _config(dev_pki: pki.DevPKI, *, cert: bool = True, secret: bool = True, **kwargs: object) -> ProbeConfig:
+    return ProbeConfig(
+        cacert=dev_pki.cert("ca"),
+        lb_cert=dev_pki.cert("front_proxy_client") if cert else None,
+        lb_key=dev_pki.key("front_proxy_client") if cert else None,
+        lb_secret=dev_pki.secret.read_text().strip() if secret else None,
+        client_cert=dev_pki.cert("user"),
+        client_key=dev_pki.key("user"),
+        paths=("/version", "/proxied/x"),
+        **{"timing_samples": 0, "timeout": 5.0, **kwargs},  # type: ignore[arg-type]
+    )
+
+
+def _by_name(result: probe.ProbeResult) -> dict[str, probe.Outcome]:
+    return {r.vector.name: r.outcome for r in result.results}
+
+
+def test_header_only_leaks_to_a_direct_client(servers: dict[str, str], dev_pki: pki.DevPKI) -> None:
+    result = probe.probe(servers["header-only"], _config(dev_pki))
+    assert result.verdict == "leak" and result.exit_code == 1
+    outcomes = _by_name(result)
+    assert outcomes["identity:TEXT/none/h2"] == "leak"
+    assert outcomes["identity:TEXT/none/http/1.1"] == "leak"
+    assert outcomes["header:no-opt-in/none/h2"] == "no-report"
+    assert outcomes["header:JSON/none/h2"] == "no-report"
+    assert outcomes["path:no-opt-in/none/h2 /proxied/x"] == "no-report"  # the backend's own headers are stripped
+    leak = next(r for r in result.results if r.outcome == "leak")
+    assert leak.evidence.startswith("TEXT ") and leak.report_ok
+
+
+@pytest.mark.parametrize(
+    ("modes", "cert", "secret"),
+    [("front-proxy", True, False), ("shared-secret", False, True), ("front-proxy,shared-secret", True, True)],
+)
+def test_secured_modes_leak_nothing(
+    servers: dict[str, str], dev_pki: pki.DevPKI, modes: str, cert: bool, secret: bool
+) -> None:
+    result = probe.probe(servers[modes], _config(dev_pki, cert=cert, secret=secret))
+    assert result.control_ok, [c.detail for c in result.controls]
+    assert result.verdict == "no-leak" and result.exit_code == 0, result.reason
+    outcomes = _by_name(result)
+    assert outcomes["identity:TEXT/client/h2"] == "no-report"  # an ordinary client certificate gets nothing
+    assert outcomes["identity:TEXT/wrong-ca/h2"] == "refused-handshake"
+    assert outcomes["cleartext:TEXT/none/h2c"] == "not-accepted"
+    assert outcomes["cleartext:TEXT/none/http/1.1-cleartext"] == "not-accepted"
+
+
+def test_timing_check_reports_a_p_value(servers: dict[str, str], dev_pki: pki.DevPKI) -> None:
+    result = probe.probe(servers["shared-secret"], _config(dev_pki, cert=False, timing_samples=200))
+    assert result.exit_code == 0
+    assert result.timing is not None, result.timing_error
+    assert result.timing.samples_per_kind == 200 and result.timing.length_known
+    assert 0.0 <= result.timing.test.p_value <= 1.0  # no assertion on absolute time or on the p-value itself
+
+
+def test_positive_control_fails_with_wrong_lb_credentials(
+    servers: dict[str, str], dev_pki: pki.DevPKI, tmp_path: Path
+) -> None:
+    config = _config(dev_pki, cert=False, secret=False)
+    wrong = ProbeConfig(
+        **{**config.__dict__, "lb_cert": dev_pki.cert("user"), "lb_key": dev_pki.key("user"), "lb_secret": SECRET}
+    )
+    result = probe.probe(servers["front-proxy,shared-secret"], wrong)
+    assert not result.control_ok
+    assert result.verdict == "inconclusive" and result.exit_code == 2
+    assert "positive control" in result.reason
+
+
+def test_no_positive_control_is_inconclusive(servers: dict[str, str], dev_pki: pki.DevPKI) -> None:
+    result = probe.probe(servers["front-proxy"], _config(dev_pki, cert=False, secret=False))
+    assert result.verdict == "inconclusive" and result.exit_code == 2
+
+
+def test_unreachable_url(dev_pki: pki.DevPKI) -> None:
+    result = probe.probe(f"https://127.0.0.1:{launch.free_port()}", _config(dev_pki))
+    assert result.verdict == "unreachable" and result.exit_code == 2
+
+
+def test_untrusted_server_certificate_is_unreachable(servers: dict[str, str], dev_pki: pki.DevPKI) -> None:
+    config = ProbeConfig(cacert=dev_pki.cert("client_ca"), timing_samples=0)
+    result = probe.probe(servers["header-only"], config)
+    assert result.verdict == "unreachable" and "not trusted" in result.reason
+
+
+# --- the command line -------------------------------------------------------------------------------------
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["probe", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["https://127.0.0.1:1", "--cacert", "/nonexistent/ca.crt"], "--cacert"),
+        (["http://127.0.0.1:1"], "https://"),
+        (["https://127.0.0.1:1", "--lb-cert", "x.crt"], "--lb-key"),
+        (["https://127.0.0.1:1", "--timing-samples", "-1"], "--timing-samples"),
+        (["https://127.0.0.1:1", "--path", "version"], "--path"),
+        (["https://127.0.0.1:1", "--lb-secret-file", "/nonexistent/secret"], "--lb-secret-file"),
+    ],
+)
+def test_cli_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, out, err = _cli(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("secure-orca probe: error:") and message in err
+
+
+def test_cli_json(capsys: pytest.CaptureFixture[str], servers: dict[str, str], dev_pki: pki.DevPKI) -> None:
+    secret = dev_pki.secret.read_text().strip()
+    code, out, err = _cli(
+        capsys,
+        servers["front-proxy,shared-secret"],
+        "--cacert", str(dev_pki.cert("ca")),
+        "--lb-cert", str(dev_pki.cert("front_proxy_client")),
+        "--lb-key", str(dev_pki.key("front_proxy_client")),
+        "--lb-secret-file", str(dev_pki.secret),
+        "--timing-samples", "50",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["verdict"] == "no-leak" and data["exit_code"] == 0 and data["control_ok"]
+    assert data["vectors"] and all(v["outcome"] != "leak" for v in data["vectors"])
+    assert 0 <= data["timing"]["p_value"] <= 1
+    assert secret not in out and secret not in err
+    assert "[  1/" in err  # progress on stderr
+
+
+def test_cli_table_shows_the_leak(
+    capsys: pytest.CaptureFixture[str], servers: dict[str, str], dev_pki: pki.DevPKI
+) -> None:
+    code, out, _ = _cli(capsys, servers["header-only"], "--cacert", str(dev_pki.cert("ca")), "--timing-samples", "0")
+    assert code == 1
+    assert out.splitlines()[0].split()[:3] == ["OUTCOME", "GROUP", "VARIANT"]
+    assert "positive control: none" in out and "verdict: leak" in out
