@@ -79,6 +79,10 @@ class ProxyApp:
         request = self.client.build_request(scope["method"], url, headers=forwardable(scope["headers"]), content=body())
         try:
             response = await self.client.send(request, stream=True)
+        except httpx.TimeoutException:
+            log.warning("proxy %s: upstream timed out", route.prefix)
+            await respond_json(send, 504, {"kind": "Status", "status": "Failure", "code": 504})
+            return
         except httpx.HTTPError as error:
             log.warning("proxy %s: upstream unavailable: %s", route.prefix, type(error).__name__)
             await respond_json(send, 502, {"kind": "Status", "status": "Failure", "code": 502})

@@ -14,8 +14,10 @@ import asyncio
 import errno
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from . import demo, pki
 from .authz import DEFAULT_MODES, MODES, FrontProxyVerifier, Policy, SecretSet, shares_ca
@@ -32,6 +34,7 @@ from .server import ServerOptions, bind_address, make_server_context, serve
 HELP = "serve HTTP/2 TLS with load reports for the front proxy or a shared secret only"
 log = logging.getLogger("secure_orca.serve")
 GATE = "RequestCostAggregation"
+T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="decimals of each reported value (default 3)",
     )
     a("--proxy", action="append", default=[], metavar="PREFIX=URL", help="proxy PREFIX to URL (repeatable)")
+    a("--proxy-timeout", default="30s", help="how long a proxied upstream may take to answer (default 30s)")
     a(
         "--max-requests-per-connection",
         type=int,
@@ -113,6 +117,7 @@ class ServeConfig:
     interval: float
     decimals: int
     routes: list[ProxyRoute] = field(default_factory=list)
+    proxy_timeout: float = 30.0
     max_requests: int = 1000
     goaway_chance: float = 0.0
     metrics_address: str = ""
@@ -139,9 +144,10 @@ def _use_dev_pki(args: argparse.Namespace, notes: list[str]) -> None:
         args.enable_endpoint_load_metrics = True
 
 
-def _flag(name: str, action: object) -> object:
+def _flag(name: str, parse: Callable[[], T]) -> T:
+    """Run a flag value parser, turning its FlagError into a UsageError naming the flag."""
     try:
-        return action() if callable(action) else action
+        return parse()
     except FlagError as error:
         raise UsageError(f"{name}: {error}") from None
 
@@ -161,13 +167,16 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         raise UsageError("--max-requests-per-connection: must be at least 1")
     gates = _flag("--feature-gates", lambda: parse_feature_gates(args.feature_gates))
     interval = _flag("--endpoint-load-metrics-interval", lambda: parse_duration(args.endpoint_load_metrics_interval))
-    if not 0.001 <= interval <= 60:  # type: ignore[operator]
+    if not 0.001 <= interval <= 60:
         raise UsageError("--endpoint-load-metrics-interval: must be between 1ms and 60s")
     routes = [_flag("--proxy", lambda spec=spec: parse_proxy(spec)) for spec in args.proxy]
+    proxy_timeout = _flag("--proxy-timeout", lambda: parse_duration(args.proxy_timeout))
+    if not 0.01 <= proxy_timeout <= 3600:
+        raise UsageError("--proxy-timeout: must be between 10ms and 1h")
     if not 0.0 <= args.goaway_chance <= 0.02:
         raise UsageError(f"--goaway-chance: {args.goaway_chance} is not between 0 and 0.02")
     reload_interval = _flag("--credential-reload-interval", lambda: parse_duration(args.credential_reload_interval))
-    if not 0.05 <= reload_interval <= 3600:  # type: ignore[operator]
+    if not 0.05 <= reload_interval <= 3600:
         raise UsageError("--credential-reload-interval: must be between 50ms and 1h")
     if args.metrics_bind_address:
         _flag("--metrics-bind-address", lambda: parse_address(args.metrics_bind_address))
@@ -181,7 +190,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
             f"choose from {', '.join(MODES)}"
         )
     enabled = bool(args.enable_endpoint_load_metrics)
-    if enabled and not gates.get(GATE, False):  # type: ignore[union-attr]
+    if enabled and not gates.get(GATE, False):
         raise UsageError(f"--enable-endpoint-load-metrics: requires --feature-gates {GATE}=true")
     try:
         check_key_pair(args.tls_cert_file, args.tls_private_key_file)
@@ -238,13 +247,14 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         enabled=enabled,
         policy=Policy(frozenset(m for m in modes if usable[m]), SecretSet(secrets) if secrets else None),
         verifier=verifier,
-        interval=interval,  # type: ignore[arg-type]
+        interval=interval,
         decimals=args.endpoint_load_metrics_decimals,
-        routes=routes,  # type: ignore[arg-type]
+        routes=routes,
+        proxy_timeout=proxy_timeout,
         max_requests=args.max_requests_per_connection,
         goaway_chance=args.goaway_chance,
         metrics_address=args.metrics_bind_address,
-        reload_interval=reload_interval,  # type: ignore[arg-type]
+        reload_interval=reload_interval,
         notes=notes,
     )
 
@@ -256,7 +266,7 @@ def build_app(
     inner: ASGIApp = demo.app
     proxy = None
     if config.routes:
-        proxy = ProxyApp(config.routes, demo.app)
+        proxy = ProxyApp(config.routes, demo.app, config.proxy_timeout)
         inner = proxy
     middleware = LoadReportMiddleware(
         inner,

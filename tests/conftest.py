@@ -105,3 +105,16 @@ def secured_replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
     """One replica with the default modes (front-proxy,shared-secret), shared by the read-only tests."""
     with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as started:
         yield started[0]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="also run long soaks and load runs")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="long run: pass --run-slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,187 @@
+"""Load and faults on loopback, bounded in count and time: mixed front-proxy and bypass clients under
+concurrency, clients that vanish mid-stream, slow readers, proxied backends that hang or reset, SIGTERM with
+requests in flight. A soak (``--run-slow``) checks that memory stays flat."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import ssl
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from secure_orca import launch, pki
+
+from .conftest import ClientCert, fp_flags
+
+OPT_IN = "endpoint-load-metrics-request"
+
+
+def context(dev_pki: pki.DevPKI, cert: ClientCert | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(dev_pki.cert("ca")))
+    if cert is not None:
+        ctx.load_cert_chain(cert.cert, cert.key)
+    return ctx
+
+
+async def mixed_load(url: str, dev_pki: pki.DevPKI, fp: ClientCert, clients: int, requests: int) -> Counter[str]:
+    """``clients`` front-proxy and ``clients`` bypass HTTP/2 clients, each with 10 streams in flight; every
+    request opts in. Returns outcome counts: a bypass response with a report is a leak."""
+    outcomes: Counter[str] = Counter()
+
+    async def run_client(proxy: bool) -> None:
+        async with httpx.AsyncClient(verify=context(dev_pki, fp if proxy else None), http2=True, timeout=30) as http:
+            gate = asyncio.Semaphore(10)
+
+            async def one(i: int) -> None:
+                async with gate:
+                    response = await http.get(f"{url}/version?i={i}", headers={OPT_IN: "TEXT"})
+                has_report = "endpoint-load-metrics" in response.headers
+                if response.status_code != 200:
+                    outcomes["error"] += 1
+                elif proxy:
+                    outcomes["proxy-with-report" if has_report else "proxy-missing-report"] += 1
+                else:
+                    outcomes["LEAK" if has_report else "bypass-clean"] += 1
+
+            await asyncio.gather(*(one(i) for i in range(requests)))
+
+    await asyncio.gather(*(run_client(proxy) for proxy in (True, False) for _ in range(clients)))
+    return outcomes
+
+
+def test_mixed_concurrent_clients_no_leak_no_misattribution(secured_replica, dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+    outcomes = asyncio.run(mixed_load(secured_replica.url, dev_pki, client_certs["front-proxy"], 8, 60))
+    assert outcomes == Counter({"proxy-with-report": 480, "bypass-clean": 480})
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+@pytest.mark.slow
+def test_soak_memory_is_stable(dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
+        pid = replica.process.popen.pid
+        asyncio.run(mixed_load(replica.url, dev_pki, client_certs["front-proxy"], 4, 500))  # warm-up
+        before = rss_kib(pid)
+        for _ in range(5):
+            outcomes = asyncio.run(mixed_load(replica.url, dev_pki, client_certs["front-proxy"], 4, 500))
+            assert outcomes["LEAK"] == 0 and outcomes["error"] == 0
+        growth = rss_kib(pid) - before
+    assert growth < 20 * 1024, f"RSS grew by {growth} KiB over 20,000 requests"
+
+
+def raw_h2_request(replica: launch.Replica, dev_pki: pki.DevPKI, path: str, window: int = 65535) -> ssl.SSLSocket:
+    """Open an HTTP/2 connection, send one request, and return the socket without reading the response."""
+    import h2.config
+    import h2.connection
+    import h2.settings
+
+    ctx = context(dev_pki)
+    ctx.set_alpn_protocols(["h2"])
+    sock = ctx.wrap_socket(socket.create_connection((replica.host, replica.port), timeout=10), server_hostname="localhost")
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.local_settings = h2.settings.Settings(client=True, initial_values={
+        h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})  # fmt: skip
+    conn.initiate_connection()
+    conn.send_headers(1, [(":method", "GET"), (":path", path), (":scheme", "https"), (":authority", "x"),
+                          (OPT_IN, "TEXT")], end_stream=True)  # fmt: skip
+    sock.sendall(conn.data_to_send())
+    return sock
+
+
+def healthy(replica: launch.Replica, dev_pki: pki.DevPKI) -> bool:
+    with httpx.Client(verify=context(dev_pki), http2=True, timeout=10) as http:
+        return http.get(replica.url + "/healthz").status_code == 200
+
+
+def test_clients_vanishing_mid_stream_and_slow_readers(dev_pki) -> None:  # type: ignore[no-untyped-def]
+    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
+        for _ in range(20):  # the client closes while the server is still working on its request
+            raw_h2_request(replica, dev_pki, "/work?cpu_ms=20").close()
+        stalled = [raw_h2_request(replica, dev_pki, "/version", window=0) for _ in range(20)]  # never read
+        assert healthy(replica, dev_pki)
+        for sock in stalled:
+            sock.close()
+        assert healthy(replica, dev_pki)
+        assert replica.process.popen.poll() is None
+    assert "Traceback" not in "".join(replica.process.lines)
+
+
+@pytest.fixture()
+def bad_backend() -> Iterator[tuple[str, str]]:
+    """A backend on two ports: one accepts and never answers, one resets every connection."""
+    hang = socket.create_server(("127.0.0.1", 0))
+    reset = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve(server: socket.socket, action: str) -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            if action == "hang":
+                held.append(conn)
+            else:
+                conn.recv(4096)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                conn.close()  # RST
+
+    threads = [threading.Thread(target=serve, args=(s, a), daemon=True) for s, a in ((hang, "hang"), (reset, "rst"))]
+    for thread in threads:
+        thread.start()
+    try:
+        yield f"http://127.0.0.1:{hang.getsockname()[1]}", f"http://127.0.0.1:{reset.getsockname()[1]}"
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        for sock in [hang, reset, *held]:
+            sock.close()
+
+
+def test_hanging_and_resetting_backends(dev_pki, client_certs, bad_backend) -> None:  # type: ignore[no-untyped-def]
+    hang, reset = bad_backend
+    flags = [*fp_flags(dev_pki), "--proxy", f"/hang={hang}", "--proxy", f"/reset={reset}", "--proxy-timeout", "500ms"]
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        fp = client_certs["front-proxy"]
+        with httpx.Client(verify=context(dev_pki, fp), http2=True, timeout=10) as http:
+            hung = http.get(replica.url + "/hang/x", headers={OPT_IN: "TEXT"})
+            broken = http.get(replica.url + "/reset/x", headers={OPT_IN: "TEXT"})
+            fine = http.get(replica.url + "/version", headers={OPT_IN: "TEXT"})
+    assert (hung.status_code, broken.status_code, fine.status_code) == (504, 502, 200)
+    # The server's own report still rides on its own error responses to the front proxy: it is about the
+    # server, and the load balancer needs it most when backends fail.
+    assert all("endpoint-load-metrics" in r.headers for r in (hung, broken, fine))
+
+
+def test_sigterm_finishes_in_flight_requests(dev_pki) -> None:  # type: ignore[no-untyped-def]
+    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
+        result: dict[str, int] = {}
+
+        def slow_request() -> None:
+            with httpx.Client(verify=context(dev_pki), http2=True, timeout=30) as http:
+                result["status"] = http.get(replica.url + "/work?cpu_ms=600").status_code
+
+        worker = threading.Thread(target=slow_request)
+        worker.start()
+        time.sleep(0.3)  # the request is being served
+        os.kill(replica.process.popen.pid, signal.SIGTERM)
+        worker.join(timeout=30)
+        code = replica.process.popen.wait(timeout=30)
+    assert result == {"status": 200}
+    assert code == 0
+    with pytest.raises(OSError):
+        socket.create_connection((replica.host, replica.port), timeout=2)
