@@ -88,7 +88,9 @@ def raw_h2_request(replica: launch.Replica, dev_pki: pki.DevPKI, path: str, wind
 
     ctx = context(dev_pki)
     ctx.set_alpn_protocols(["h2"])
-    sock = ctx.wrap_socket(socket.create_connection((replica.host, replica.port), timeout=10), server_hostname="localhost")
+    sock = ctx.wrap_socket(
+        socket.create_connection((replica.host, replica.port), timeout=10), server_hostname="localhost"
+    )
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.local_settings = h2.settings.Settings(client=True, initial_values={
         h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})  # fmt: skip

