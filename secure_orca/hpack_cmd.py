@@ -3,6 +3,9 @@
 model    replay kube-apiserver-like response headers plus the report through hpack.Encoder in virtual
          time, for a grid of per-connection rates, sampling intervals and precisions, and for each
          mitigation; attribute every byte with the HPACK walker (no network, deterministic per --seed).
+measure  open real HTTP/2 TLS connections to a running server, with the load balancer's credentials and
+         without the opt-in, at each --rate per connection; attribute every received header block with
+         the walker and show the model for the same rate beside it. The secret is never printed.
 """
 
 from __future__ import annotations
@@ -10,11 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import TextIO
 
 from secure_orca.cli import UsageError
+from secure_orca.credentials import CredentialError, load_cert_bundle, parse_secrets, read_file
+from secure_orca.flags import FlagError, parse_duration
 from secure_orca.hpack_model import (
     KEP_EXAMPLE,
     MITIGATIONS,
@@ -24,9 +32,22 @@ from secure_orca.hpack_model import (
     grid,
     simulate,
 )
+from secure_orca.hpack_wire import (
+    Counters,
+    Credentials,
+    MeasureConfig,
+    WireError,
+    WireResult,
+    measure,
+    parse_target,
+)
+from secure_orca.hpack_wire import as_dict as wire_dict
 from secure_orca.report import HEADER, encode_text
 
-HELP = "measure and model the HPACK cost of ORCA headers (model; measure to come)"
+HELP = "measure (on the wire) and model the HPACK cost of ORCA headers"
+MAX_RATE = 5000.0  # per connection; a pure-Python client and server cap out around a few thousand req/s
+MAX_CONNECTIONS = 32
+MAX_DURATION = 600.0
 KEP_BYTES_PER_S = 100_000  # "At 10k QPS this is on the order of 0.1 MB/s"
 KEP_QPS = 10_000
 
@@ -47,6 +68,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     model.add_argument("--json", action="store_true", help="print JSON instead of tables")
     model.add_argument("--plot", metavar="FILE", help="write a PNG (needs matplotlib)")
+    wire = sub.add_parser("measure", help="measure the cost on real HTTP/2 connections", description=__doc__)
+    a = wire.add_argument
+    a("url", metavar="URL", help="https://host:port of a running server")
+    a("--cacert", type=Path, metavar="FILE", help="CA bundle that signs the server's certificate (PEM)")
+    a("--lb-cert", type=Path, metavar="FILE", help="the load balancer's front-proxy client certificate")
+    a("--lb-key", type=Path, metavar="FILE", help="its private key")
+    a("--lb-secret-file", type=Path, metavar="FILE", help="the load balancer's shared secret (first line used)")
+    a("--rate", type=float, action="append", metavar="QPS", help="requests/s per connection, repeatable (1, 10, 100)")
+    a("--connections", type=int, default=1, help="connections with the opt-in, and as many without (default 1)")
+    a("--duration", type=float, default=10.0, metavar="SECONDS", help="seconds per rate (default 10)")
+    a("--path", default="/version", help="path to request (default /version)")
+    a("--interval", default="100ms", help="the server's --endpoint-load-metrics-interval, for the model (100ms)")
+    a("--decimals", type=int, default=3, help="the server's --endpoint-load-metrics-decimals, for the model (3)")
+    a("--timeout", type=float, default=10.0, metavar="SECONDS", help="socket timeout (default 10)")
+    a("--json", action="store_true", help="print JSON instead of tables (progress still on stderr)")
 
 
 def _numbers(text: str, option: str, kind: Callable[[str], float], low: float, high: float) -> list:
@@ -251,8 +287,220 @@ def plot(results: Sequence[CellResult], base: Scenario, path: str) -> None:
     plt.close(fig)
 
 
+# --- measure ---------------------------------------------------------------------------------------------
+
+
+def _lb_credentials(args: argparse.Namespace) -> Credentials:
+    """Read and check the credential files (UsageError naming the flag; the secret is never shown)."""
+    if (args.lb_cert is None) != (args.lb_key is None):
+        raise UsageError("--lb-cert and --lb-key must be given together")
+    if args.lb_cert is None and args.lb_secret_file is None:
+        raise UsageError("give the load balancer's credentials: --lb-cert/--lb-key and/or --lb-secret-file")
+    try:
+        if args.cacert is not None:
+            load_cert_bundle(args.cacert, "--cacert")
+        if args.lb_cert is not None:
+            load_cert_bundle(args.lb_cert, "--lb-cert")
+            if b"PRIVATE KEY-----" not in read_file(args.lb_key, "--lb-key"):
+                raise UsageError(f"--lb-key: {args.lb_key}: holds no PEM private key")
+        secret = None
+        if args.lb_secret_file is not None:
+            data = read_file(args.lb_secret_file, "--lb-secret-file")
+            secret = parse_secrets(data, "--lb-secret-file", args.lb_secret_file)[0]
+    except CredentialError as error:
+        raise UsageError(str(error)) from None
+    credentials = Credentials(args.cacert, args.lb_cert, args.lb_key, secret)
+    try:
+        credentials.context(with_cert=True)
+    except ssl.SSLError:
+        raise UsageError(f"--lb-key: {args.lb_key}: does not match --lb-cert or cannot be loaded") from None
+    return credentials
+
+
+def measure_config_from(args: argparse.Namespace) -> MeasureConfig:
+    """Validate the measure flags and read the files they name; UsageError on bad input."""
+    rates = args.rate or [1.0, 10.0, 100.0]
+    if any(not 0 < r <= MAX_RATE for r in rates):
+        raise UsageError(f"--rate: must be above 0 and at most {MAX_RATE:g} per connection")
+    if not 1 <= args.connections <= MAX_CONNECTIONS:
+        raise UsageError(f"--connections: must be between 1 and {MAX_CONNECTIONS}")
+    if not 0 < args.duration <= MAX_DURATION:
+        raise UsageError(f"--duration: must be above 0 and at most {MAX_DURATION:g} seconds")
+    if not 0 < args.timeout <= 600:
+        raise UsageError("--timeout: must be above 0 and at most 600 seconds")
+    if not 0 <= args.decimals <= 12:
+        raise UsageError("--decimals: must be between 0 and 12")
+    try:
+        interval = parse_duration(args.interval)
+    except FlagError as error:
+        raise UsageError(f"--interval: {error}") from None
+    if interval <= 0:
+        raise UsageError("--interval: must be above 0")
+    try:
+        target = parse_target(args.url, args.path)
+    except WireError as error:
+        raise UsageError(str(error)) from None
+    return MeasureConfig(
+        target=target,
+        credentials=_lb_credentials(args),
+        rates=tuple(rates),
+        connections=args.connections,
+        duration=args.duration,
+        interval=interval,
+        decimals=args.decimals,
+        timeout=args.timeout,
+    )
+
+
+class WireProgress:
+    """Progress of each rate on stderr: rewritten in place on a terminal, a line per quarter otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.shown: tuple[float, int] = (-1.0, -1)
+
+    def __call__(self, rate: float, fraction: float, counters: Counters, expected: int) -> None:
+        quarter = int(fraction * 4)
+        if not self.tty and self.shown == (rate, quarter):
+            return
+        self.shown = (rate, quarter)
+        line = (
+            f"hpack measure: {rate:g}/s per connection  {fraction:4.0%}  sent {counters.sent}/{expected}  "
+            f"answered {counters.done}  connections {counters.connections}"
+        )
+        if self.tty:
+            print(f"\r\x1b[K{line}", end="", file=self.stream, flush=True)
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        if self.tty:
+            print(file=self.stream, flush=True)
+
+
+def wire_table(results: Sequence[WireResult]) -> str:
+    """The wire figures, one row per rate (per connection; steady state)."""
+    rows = [
+        [
+            f"{r.rate:g}",
+            _num(r.achieved_rate),
+            str(r.responses),
+            _num(r.uncompressed),
+            _num(r.entry_size),
+            _num(r.first_send),
+            _num(r.marginal, 2),
+            _num(r.ab_marginal, 2),
+            _num(r.orca_bytes, 2),
+            _num(r.eviction_cost, 2),
+            _num(r.literals_per_s),
+            _num(r.evictions_per_s),
+            _num(r.orca_evictions_per_s),
+            _num(r.bytes_per_s, 0),
+            _num(r.bin_marginal, 2),
+        ]
+        for r in results
+    ]
+    headings = (
+        "qps",
+        "achieved",
+        "responses",
+        "name+value",
+        "entry",
+        "first",
+        "marginal/resp",
+        "a/b/resp",
+        "orca/resp",
+        "evict_cost/resp",
+        "literals/s",
+        "evictions/s",
+        "by_orca/s",
+        "bytes/s",
+        "bin/resp",
+    )
+    return _table(headings, rows)
+
+
+def model_vs_wire_table(results: Sequence[WireResult]) -> str:
+    """The model for the same rate, interval and precision beside the wire (ratio: marginal per report octet)."""
+    rows = []
+    for r in results:
+        m = r.model
+        if m is None:
+            continue
+        rows.append(
+            [
+                f"{r.rate:g}",
+                f"{_num(m.uncompressed)} | {_num(r.uncompressed)}",
+                f"{_num(m.marginal, 2)} | {_num(r.marginal, 2)}",
+                f"{m.marginal / m.uncompressed:.3f} | {r.marginal_ratio:.3f}",
+                f"{_num(m.literals_per_s)} | {_num(r.literals_per_s)}",
+                f"{_num(m.eviction_cost, 2)} | {_num(r.eviction_cost, 2)}",
+                f"{_num(m.orca_evictions_per_s)} | {_num(r.orca_evictions_per_s)}",
+                f"{_num(m.bytes_per_s, 0)} | {_num(r.bytes_per_s, 0)}",
+            ]
+        )
+    headings = (
+        "qps",
+        "name+value",
+        "marginal/resp",
+        "marginal/octet",
+        "literals/s",
+        "evict_cost",
+        "by_orca/s",
+        "bytes/s",
+    )
+    return _table(headings, rows)
+
+
+def totals_table(results: Sequence[WireResult]) -> str:
+    """Header bytes as h2load counts them (HEADERS payloads), and the frames with their 9-byte headers."""
+    rows = [
+        [
+            f"{r.rate:g}",
+            str(r.opened),
+            str(r.refused),
+            f"{r.header_bytes:,}",
+            f"{r.header_bytes_without:,}",
+            f"{r.header_frame_bytes:,}",
+            "yes" if r.replay_exact else "no",
+        ]
+        for r in results
+    ]
+    headings = ("qps", "connections", "refused", "headers_with", "headers_without", "frames_with", "replay_exact")
+    return _table(headings, rows)
+
+
+def run_measure(args: argparse.Namespace) -> int:
+    """``secure-orca hpack measure``."""
+    config = measure_config_from(args)
+    progress = WireProgress(sys.stderr)
+    try:
+        results = measure(config, progress)
+    except WireError as error:
+        raise UsageError(str(error)) from None
+    finally:
+        progress.finish()
+    if args.json:
+        json.dump({"results": [wire_dict(r) for r in results]}, sys.stdout, indent=1)
+        print()
+        return 0
+    print(
+        f"{config.connections} connection(s) with the opt-in and {config.connections} without, "
+        f"{config.duration:g} s per rate, GET {config.target.path} (steady state, per connection):"
+    )
+    print(wire_table(results))
+    print(f"\nModel | wire (interval {config.interval:g} s, {config.decimals} decimals; per connection):")
+    print(model_vs_wire_table(results))
+    print("\nHeader bytes on the wire (HEADERS payloads, as h2load counts them; frames incl. 9-byte headers):")
+    print(totals_table(results))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Dispatch ``secure-orca hpack SUBCOMMAND``."""
+    if args.hpack_command == "measure":
+        return run_measure(args)
     if args.hpack_command != "model":
         raise UsageError(f"unknown subcommand {args.hpack_command!r}")
     base, cells = scenarios_from(args)

@@ -111,9 +111,11 @@ def rotating(dev_pki: pki.DevPKI):  # type: ignore[no-untyped-def]
 
 def test_goaway_lets_in_flight_streams_finish_and_refuses_later_ones(rotating, dev_pki) -> None:  # type: ignore[no-untyped-def]
     client = RawH2(rotating, str(dev_pki.cert("ca")))
-    first = [client.request("/work?cpu_ms=150") for _ in range(3)]  # the third reaches the limit
-    time.sleep(0.3)  # the server has sent GOAWAY (last stream 5); we have not read it yet
-    late = [client.request("/healthz") for _ in range(2)]
+    # The third request reaches the limit; it is slow, so it is still in flight when we send more.
+    first = [client.request(path) for path in ("/healthz", "/healthz", "/work?cpu_ms=300")]
+    while not client.outcome.goaways:  # the GOAWAY is on the wire before the slow request starts working
+        client.read_frames()
+    late = [client.request("/healthz") for _ in range(2)]  # h2 never saw the GOAWAY, so it lets us send
     outcome = client.read_until_closed()
     assert outcome.goaways[0] == (max(first), h2.errors.ErrorCodes.NO_ERROR)
     assert all(outcome.status.get(s) == 200 and s in outcome.ended for s in first)

@@ -1,0 +1,207 @@
+"""``secure-orca hpack measure`` against the real server: frame capture, the command, model agreement, h2load.
+
+Tolerances (stated here and in docs/hpack.md):
+- the walker's attributed marginal and the plain A/B difference (opted-in minus other connections' mean
+  header block) agree within 1 byte per response + 5%;
+- model and wire, at 100 ms sampling and 1-100 responses/s per connection, agree within 15% on new report
+  literals per second and on marginal bytes per response per octet of report (the server reports five
+  fields, the model three, so raw bytes are compared per octet of the field);
+- h2load's "headers" total and ours for the same run shape agree within 1% without the opt-in and within 5%
+  with it (the number of new report literals, ~90 bytes each, depends on timing; observed -3% to +0.3%).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from secure_orca import launch, pki
+from secure_orca.cli import main
+from secure_orca.hpack_wire import (
+    CONTINUATION,
+    END_HEADERS,
+    GOAWAY,
+    HEADERS,
+    PADDED,
+    PRIORITY,
+    HeaderCapture,
+    WireError,
+    parse_target,
+)
+from secure_orca.optin import HEADER as OPT_IN
+
+from .conftest import fp_flags
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream_id.to_bytes(4, "big") + payload
+
+
+# --- frame capture (pure) ----------------------------------------------------------------------------
+
+
+def test_capture_strips_padding_and_priority_and_joins_continuation() -> None:
+    payload = bytes([3]) + b"\x80\x00\x00\x00\x10" + b"\x88\x40" + b"\x00" * 3  # pad length, priority, block, pad
+    ended = frame(HEADERS, PADDED | PRIORITY | END_HEADERS, 1, payload)
+    first = frame(HEADERS, 0, 3, b"\x88")
+    rest = frame(CONTINUATION, END_HEADERS, 3, b"\x89")
+    stream = frame(0x0, 0x1, 1, b"body") + ended + first + rest
+    capture = HeaderCapture()
+    forwarded = b"".join(capture.feed(piece, 1.5) for piece in (stream[:5], stream[5:20], stream[20:]))
+    assert forwarded == stream  # complete frames only, in order, all of them handed to h2
+    assert [(b.stream_id, b.block, b.at) for b in capture.blocks] == [(1, b"\x88\x40", 1.5), (3, b"\x88\x89", 1.5)]
+    assert capture.h2load_bytes == 2 + 1  # HEADERS fragments only, as h2load counts them
+    assert (capture.frames, capture.frame_bytes) == (3, len(ended) + len(first) + len(rest))
+
+
+def test_capture_keeps_goaway_from_h2() -> None:
+    capture = HeaderCapture()
+    goaway = frame(GOAWAY, 0, 0, (7).to_bytes(4, "big") + bytes(4))
+    block = frame(HEADERS, END_HEADERS, 7, b"\x88")
+    assert capture.feed(goaway + block, 0.0) == block
+    assert capture.goaway and capture.goaway_last_stream == 7 and len(capture.blocks) == 1
+
+
+def test_capture_refuses_stray_continuation() -> None:
+    with pytest.raises(WireError, match="CONTINUATION"):
+        HeaderCapture().feed(frame(CONTINUATION, END_HEADERS, 1, b"\x88"), 0.0)
+
+
+@pytest.mark.parametrize(
+    ("url", "path"), [("http://h:1", "/"), ("https://:1", "/"), ("https://h:x", "/"), ("https://h", "v")]
+)
+def test_bad_targets(url: str, path: str) -> None:
+    with pytest.raises(WireError):
+        parse_target(url, path)
+
+
+# --- the command against the real server ---------------------------------------------------------------
+
+
+def lb_args(dev_pki: pki.DevPKI, *, cert: bool = True, secret: bool = False) -> list[str]:
+    args = ["--cacert", str(dev_pki.cert("ca"))]
+    if cert:
+        args += [
+            "--lb-cert",
+            str(dev_pki.cert("front_proxy_client")),
+            "--lb-key",
+            str(dev_pki.key("front_proxy_client")),
+        ]
+    if secret:
+        args += ["--lb-secret-file", str(dev_pki.secret)]
+    return args
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict]:
+    assert main(["hpack", "measure", *argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "hpack measure:" in err  # progress on stderr
+    return json.loads(out)["results"]
+
+
+def test_measure_attributes_every_response(secured_replica, dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+    (r,) = run_json(capsys, secured_replica.url, *lb_args(dev_pki), "--rate", "10", "--duration", "2")
+    assert (r["responses"], r["responses_without"], r["reported"], r["refused"]) == (20, 20, 20, 0)
+    assert r["replay_exact"]  # hypercorn encodes with hpack.Encoder: the walker's replay is byte-exact
+    assert r["uncompressed"] > 100 and r["entry_size"] == pytest.approx(r["uncompressed"] + 32)
+    assert r["first_send"] > r["orca_bytes"] > 0
+    assert abs(r["marginal"] - r["ab_marginal"]) <= 1 + 0.05 * r["marginal"]
+    assert r["marginal"] == pytest.approx(r["orca_bytes"] + r["eviction_cost"])
+    assert r["header_bytes"] > r["header_bytes_without"] > 0
+    assert r["model"]["rate"] == 10 and r["model"]["interval"] == 0.1 and r["model"]["decimals"] == 3
+
+
+def test_measure_tables_never_show_the_secret(secured_replica, dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+    argv = [secured_replica.url, *lb_args(dev_pki, cert=False, secret=True), "--rate", "5", "--duration", "1"]
+    assert main(["hpack", "measure", *argv]) == 0
+    out, err = capsys.readouterr()
+    assert "Model | wire" in out and "marginal/resp" in out
+    assert dev_pki.secret.read_text().strip() not in out + err
+
+
+def test_model_and_wire_agree(secured_replica, dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+    """100 ms sampling (the server's default), 3 decimals, 1-100 responses/s per connection: within 15%."""
+    rates = ["--rate", "2", "--rate", "10", "--rate", "100"]
+    for r in run_json(capsys, secured_replica.url, *lb_args(dev_pki), *rates, "--duration", "3"):
+        model = r["model"]
+        ratio = model["marginal"] / model["uncompressed"]
+        assert r["marginal_ratio"] == pytest.approx(ratio, rel=0.15), r["rate"]
+        assert r["literals_per_s"] == pytest.approx(model["literals_per_s"], rel=0.15), r["rate"]
+
+
+def test_follows_graceful_goaway(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+    argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--max-requests-per-connection", "25"])
+    with launch.replicas([argv]) as (replica,):
+        (r,) = run_json(capsys, replica.url, *lb_args(dev_pki), "--rate", "50", "--duration", "1")
+    assert r["responses"] == r["reported"] == 50 and r["responses_without"] == 50
+    assert r["opened"] >= 4  # each worker needed a second connection
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cacert", "/nonexistent/ca.crt", "--lb-secret-file", "/nonexistent/s"], "--cacert: /nonexistent/ca.crt"),
+        ([], "give the load balancer's credentials"),
+        (["--lb-cert", "x.crt"], "--lb-cert and --lb-key must be given together"),
+        (["--lb-secret-file", "/nonexistent/s", "--rate", "0"], "--rate"),
+    ],
+)
+def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["hpack", "measure", "https://127.0.0.1:1", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err
+
+
+def test_unreachable_server_is_one_line(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+    port = launch.free_port()
+    assert main(["hpack", "measure", f"https://127.0.0.1:{port}", *lb_args(dev_pki)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"secure-orca hpack: error: cannot connect to 127.0.0.1:{port}: Connection refused"
+
+
+def test_refused_credentials_are_one_line(secured_replica, dev_pki, client_certs, capsys) -> None:  # type: ignore[no-untyped-def]
+    user = client_certs["user"]
+    argv = ["--cacert", str(dev_pki.cert("ca")), "--lb-cert", str(user.cert), "--lb-key", str(user.key)]
+    assert main(["hpack", "measure", secured_replica.url, *argv]) == 2
+    assert "no report in the response" in capsys.readouterr().err
+
+
+# --- h2load cross-check ----------------------------------------------------------------------------------
+
+H2LOAD_HEADERS = re.compile(r"traffic: .*?, \S+ \((\d+)\) headers \(space savings")
+
+
+def h2load_header_bytes(url: str, requests: int, clients: int, rps: int, headers: list[str]) -> int:
+    """h2load's "headers" figure: the HEADERS frames' payloads less padding and priority (no frame headers)."""
+    extra = [arg for h in headers for arg in ("-H", h)]
+    argv = ["h2load", "-n", str(requests), "-c", str(clients), "-m", "1", "--rps", str(rps), *extra, url]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert f"{requests} succeeded" in out, out
+    match = H2LOAD_HEADERS.search(out)
+    assert match, out
+    return int(match.group(1))
+
+
+@pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load (Debian nghttp2-client) not installed")
+def test_h2load_agrees(secured_replica, dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Same shape for both tools: 2 connections, 100 requests each at 50/s, GET /version, the shared secret
+    (h2load presents no client certificate). Like with like: h2load counts each HEADERS frame's length less
+    padding and priority, without the 9-byte frame header and without CONTINUATION; ours is ``header_bytes``
+    (the same count, from our own frame split)."""
+    requests, clients, rps = 200, 2, 50
+    secret = Path(dev_pki.secret).read_text().strip()
+    url = secured_replica.url + "/version"
+    theirs_with = h2load_header_bytes(url, requests, clients, rps, [f"{OPT_IN}: TEXT; secret={secret}"])
+    theirs_without = h2load_header_bytes(url, requests, clients, rps, [])
+    argv = [*lb_args(dev_pki, cert=False, secret=True), "--rate", str(rps), "--connections", str(clients)]
+    (r,) = run_json(capsys, secured_replica.url, *argv, "--duration", str(requests / clients / rps))
+    assert r["responses"] == r["responses_without"] == requests
+    assert r["header_bytes_without"] == pytest.approx(theirs_without, rel=0.01)
+    assert r["header_bytes"] == pytest.approx(theirs_with, rel=0.05)
+    theirs_marginal = (theirs_with - theirs_without) / requests
+    assert r["ab_marginal"] == pytest.approx(theirs_marginal, rel=0.25)
