@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 COMMANDS: dict[str, str] = {
+    "evaluate": "secure_orca.evaluate",
     "serve": "secure_orca.serve_cmd",
     "certs": "secure_orca.pki",
     "probe": "secure_orca.probe_cmd",

@@ -300,9 +300,12 @@ def build_vectors(
     return out
 
 
-def control_vectors(path: str, lb_identity: Identity | None, lb_secret: str | None) -> list[Vector]:
-    """The positive control: the load balancer's own credentials must get a report."""
-    out = []
+def control_vectors(
+    path: str, lb_identity: Identity | None, lb_secret: str | None, header_only: bool = False
+) -> list[Vector]:
+    """The positive control: the load balancer's own credentials must get a report (with ``header_only``, the
+    bare opt-in is the load balancer's whole credential: KEP option 1)."""
+    out = [_vector(TEXT, NO_CERT, "h2", path, "control")] if header_only else []
     if lb_identity is not None:
         out.append(_vector(TEXT, lb_identity, "h2", path, "control"))
     if lb_secret is not None:
@@ -947,6 +950,7 @@ class ProbeConfig:
     front_proxy_cn: str | None = None
     control_url: str | None = None
     seed: int | None = None
+    lb_header_only: bool = False  # the LB sends the bare opt-in (option 1): that is the positive control
 
 
 def _cert_names(path: Path | None) -> tuple[str | None, str | None]:
@@ -1010,7 +1014,7 @@ def probe(
     vectors = build_vectors(
         paths, identities, secret_guess=config.secret_guess, known_secret=config.lb_secret, seed=config.seed
     )
-    controls_v = control_vectors(paths[0], lb, config.lb_secret)
+    controls_v = control_vectors(paths[0], lb, config.lb_secret, config.lb_header_only)
     total = len(controls_v) + len(vectors)
     done = 0
 

@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--lb-cert", type=Path, metavar="FILE", help="the load balancer's front-proxy client certificate (control)")
     a("--lb-key", type=Path, metavar="FILE", help="its private key")
     a("--lb-secret-file", type=Path, metavar="FILE", help="the load balancer's shared secret (control)")
+    a(
+        "--lb-header-only",
+        action="store_true",
+        help="the load balancer sends only the bare opt-in (KEP option 1): use that as the positive control",
+    )
     a("--client-cert", type=Path, metavar="FILE", help="an ordinary client certificate to try")
     a("--client-key", type=Path, metavar="FILE", help="its private key")
     a("--secret-guess-file", type=Path, metavar="FILE", help="a candidate secret to try, with its near misses")
@@ -103,6 +108,7 @@ def build_config(args: argparse.Namespace) -> ProbeConfig:
         timeout=args.max_time,
         front_proxy_cn=args.front_proxy_cn,
         control_url=args.control_url,
+        lb_header_only=args.lb_header_only,
     )
 
 

@@ -351,3 +351,11 @@ def test_cli_table_shows_the_leak(
     assert code == 1
     assert out.splitlines()[0].split()[:3] == ["OUTCOME", "GROUP", "VARIANT"]
     assert "positive control: none" in out and "verdict: leak" in out
+
+
+def test_header_only_control_makes_a_clean_lb_result_conclusive() -> None:
+    from secure_orca.probe import control_vectors
+
+    (control,) = control_vectors("/version", None, None, header_only=True)
+    assert control.group == "control" and control.identity == "none"
+    assert control_vectors("/version", None, None) == []

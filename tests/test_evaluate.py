@@ -1,0 +1,59 @@
+"""`secure-orca evaluate --quick` end to end: real replicas, real Envoy (CI installs it), h2load, the probe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from secure_orca import lb
+from secure_orca.evaluate import OPTIONS, request_hpack
+
+
+def leaves(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in leaves(item, f"{path}.{key}")]
+    return [(path, value)]
+
+
+def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "secure_orca", "evaluate", "--quick", "--output", str(tmp_path)],
+        capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    results = json.loads((tmp_path / "evaluation.json").read_text())
+    markdown = (tmp_path / "evaluation.md").read_text()
+    envoy = lb.envoy_available()
+    assert results["envoy"] == envoy
+    for option in OPTIONS:
+        cell = results["options"][option]
+        missing = [path for path, value in leaves(cell) if value is None and "handshake" not in path
+                   and "timing_p_value" not in path]  # fmt: skip
+        assert not missing, f"{option}: empty cells {missing}"
+        expected = "leak" if option == "header-only" else "no-leak"
+        assert cell["bypass"]["verdict"] == expected
+        assert cell["bypass"]["control_ok"]
+        if envoy:
+            assert cell["through_lb"]["verdict"] == "no-leak"
+        for ratio in ("throughput_ratio", "p50_ratio", "p99_ratio"):
+            assert cell["request_cost"][ratio]["median"] > 0
+        assert cell["hpack_response"]["marginal_bytes_per_response"] > 0
+        assert cell["title"] in markdown
+    assert results["options"]["shared-secret"]["bypass"]["timing_p_value"] is not None
+    assert results["options"]["front-proxy"]["handshake"]["connections_per_s_ratio"]["median"] > 0
+    assert len(results["recommendation"]) >= 4
+    secret_line = next(line for line in results["recommendation"] if "secret travels" in line)
+    assert str(results["options"]["shared-secret"]["hpack_request_bytes"]) in secret_line
+    # no secret of the run leaked into the outputs
+    assert "secret=" not in markdown and "secret=" not in (tmp_path / "evaluation.json").read_text()
+
+
+def test_request_hpack_counts_the_opt_in_once_indexed() -> None:
+    assert request_hpack(None) == 0
+    bare = request_hpack("TEXT")
+    with_secret = request_hpack("TEXT; secret=" + "x" * 43)
+    assert 1.0 <= bare < with_secret < 2.0  # first send amortized over 100 requests, then one indexed byte
