@@ -30,6 +30,18 @@ _ORCA = frozenset(name.encode() for name in ORCA_HEADERS)
 FEATURE_OFF = Decision(False, "feature-off")
 NO_OPT_IN = Decision(False, "no-opt-in")
 _CACHE_SIZE = 4096
+CONNECTION_KEY = "secure_orca.connection"  # scope["extensions"] key of the per-connection ConnectionMemo
+ATTACH_MODES = ("every-response", "once-per-sample")
+
+
+class ConnectionMemo:
+    """Per-connection memory (the server puts one in every request scope of a connection): the report tuple
+    last attached on it, so ``once-per-sample`` can skip repeats that HPACK would still pay for."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: tuple[bytes, bytes] | None = None
 
 
 def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
@@ -89,7 +101,11 @@ class LoadReportMiddleware:
         sampler: Sampler,
         on_decision: Callable[[Decision], None] | None = None,
         on_stripped: Callable[[int], None] | None = None,
+        attach: str = "every-response",
     ) -> None:
+        if attach not in ATTACH_MODES:
+            raise ValueError(f"attach mode must be one of {ATTACH_MODES}")
+        self.once_per_sample = attach == "once-per-sample"
         self.app = app
         self.enabled = enabled
         self.authority = authority
@@ -106,6 +122,18 @@ class LoadReportMiddleware:
         chain = tls.get("client_cert_chain")
         identity = authority.chains.lookup(tuple(chain), now) if chain and authority.chains else NO_CERTIFICATE
         return authority.policy.decide(optin_values, identity, now)
+
+    def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
+        """In once-per-sample mode, whether this connection has not had this sample yet (and now has)."""
+        if not self.once_per_sample:
+            return True
+        memo = scope.get("extensions", {}).get(CONNECTION_KEY)
+        if memo is None:
+            return True
+        if memo.last is header:
+            return False
+        memo.last = header
+        return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -134,7 +162,7 @@ class LoadReportMiddleware:
                     if status == 429 or status >= 500:
                         counters.errors += 1
                     header = self.sampler.header
-                    if decision.attach and header is not None:
+                    if decision.attach and header is not None and self._fresh(scope, header):
                         kept.append(header)
                 message = dict(message, headers=kept)
             await send(message)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 HEADER = "endpoint-load-metrics"
 HEADER_BIN = "endpoint-load-metrics-bin"
 ORCA_HEADERS = frozenset({HEADER, HEADER_BIN})
+DEFAULT_DECIMALS = 2  # 0.01 of utilization is finer than any LB weighting resolves; see docs/hpack.md
 
 SCALAR_FIELDS = ("cpu_utilization", "mem_utilization", "application_utilization", "rps_fractional", "eps")
 MAP_FIELDS = ("named_metrics", "utilization")
@@ -78,7 +79,7 @@ def format_number(value: float, decimals: int) -> str:
     return text or "0"
 
 
-def encode_text(report: LoadReport, decimals: int = 3) -> str:
+def encode_text(report: LoadReport, decimals: int = DEFAULT_DECIMALS) -> str:
     """The ``endpoint-load-metrics`` value: ``TEXT cpu_utilization=0.31, mem_utilization=0.42, ...``."""
     if decimals < 0 or decimals > 12:
         raise OrcaFormatError("decimals must be between 0 and 12")

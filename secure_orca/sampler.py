@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .report import HEADER, LoadReport, encode_text
+from .report import DEFAULT_DECIMALS, HEADER, LoadReport, encode_text
 
 log = logging.getLogger("secure_orca.sampler")
 IN_FLIGHT_METRIC = "in_flight_requests"
@@ -167,7 +167,7 @@ class Sampler:
         self,
         interval: float = 0.1,
         sources: Sources | None = None,
-        decimals: int = 3,
+        decimals: int = DEFAULT_DECIMALS,
         cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
         self.interval = interval

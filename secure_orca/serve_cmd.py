@@ -25,9 +25,10 @@ from .cli import UsageError
 from .credentials import CredentialError, check_key_pair, load_cert_bundle, load_secrets
 from .flags import FlagError, ProxyRoute, parse_duration, parse_feature_gates, parse_list, parse_proxy
 from .metrics import Metrics, parse_address
-from .middleware import ASGIApp, Authority, LoadReportMiddleware
+from .middleware import ATTACH_MODES, ASGIApp, Authority, LoadReportMiddleware
 from .proxy import ProxyApp
 from .reload import Reloader, TrustFiles, read_allowed_names
+from .report import DEFAULT_DECIMALS
 from .sampler import Sampler
 from .server import ServerOptions, bind_address, make_server_context, serve
 
@@ -76,8 +77,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--endpoint-load-metrics-decimals",
         type=int,
-        default=3,
-        help="decimals of each reported value (default 3)",
+        default=DEFAULT_DECIMALS,
+        help=f"decimals of each reported value (default {DEFAULT_DECIMALS})",
+    )
+    a(
+        "--endpoint-load-metrics-attach",
+        choices=ATTACH_MODES,
+        default="every-response",
+        help="every-response (KEP semantics, default) or once-per-sample: a connection gets each new sample once "
+        "(saves HPACK bytes on busy connections at no loss of freshness; see docs/hpack.md)",
     )
     a("--proxy", action="append", default=[], metavar="PREFIX=URL", help="proxy PREFIX to URL (repeatable)")
     a("--proxy-timeout", default="30s", help="how long a proxied upstream may take to answer (default 30s)")
@@ -116,6 +124,7 @@ class ServeConfig:
     verifier: FrontProxyVerifier | None
     interval: float
     decimals: int
+    attach: str = "every-response"
     routes: list[ProxyRoute] = field(default_factory=list)
     proxy_timeout: float = 30.0
     max_requests: int = 1000
@@ -249,6 +258,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         verifier=verifier,
         interval=interval,
         decimals=args.endpoint_load_metrics_decimals,
+        attach=args.endpoint_load_metrics_attach,
         routes=routes,
         proxy_timeout=proxy_timeout,
         max_requests=args.max_requests_per_connection,
@@ -275,6 +285,7 @@ def build_app(
         sampler=sampler,
         on_decision=metrics.on_decision if metrics else None,
         on_stripped=metrics.on_stripped if metrics else None,
+        attach=config.attach,
     )
     return middleware, proxy
 

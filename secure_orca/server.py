@@ -39,6 +39,8 @@ from hypercorn.config import Config
 from hypercorn.events import RawData, Updated
 from hyperframe.frame import GoAwayFrame
 
+from .middleware import CONNECTION_KEY, ConnectionMemo
+
 log = logging.getLogger("secure_orca.server")
 HYPERCORN_VERSION = "0.18.0"
 # OpenSSL's X509_V_FLAG_NO_CHECK_TIME: leave validity to the per-request front-proxy check, as Go does.
@@ -92,12 +94,15 @@ class ConnectionApp:
         self.tls = tls
         self.server = server
         self.requests = 0
+        self.memo = ConnectionMemo()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, *args: Any) -> Any:
         if scope["type"] != "http":
             return await self.inner(scope, receive, send, *args)
+        extensions = {**scope.get("extensions", {}), CONNECTION_KEY: self.memo}
         if self.tls is not None:
-            scope["extensions"] = {**scope.get("extensions", {}), "tls": self.tls}
+            extensions["tls"] = self.tls
+        scope["extensions"] = extensions
         self.requests += 1
         config = self.server.config
         rotate = self.requests >= config.rotate_after_requests

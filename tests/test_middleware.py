@@ -150,3 +150,36 @@ def test_cached_grant_expires_with_the_certificate() -> None:
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3650)
     result = middleware.authority.chains.lookup((FP_PEM,), dt.datetime.now(dt.UTC))
     assert result.ok and not result.holds_at(later)
+
+
+def test_once_per_sample_attaches_each_sample_once_per_connection() -> None:
+    from secure_orca.middleware import CONNECTION_KEY, ConnectionMemo
+
+    middleware, _, sampler, _ = make()
+    middleware.once_per_sample = True
+    memo, other = ConnectionMemo(), ConnectionMemo()
+
+    def report_count(memo: ConnectionMemo) -> int:
+        scope_extra = {CONNECTION_KEY: memo, "tls": {"client_cert_chain": [FP_PEM]}}
+        scope: dict[str, Any] = {"type": "http", "path": "/", "headers": [OPT_IN], "extensions": scope_extra}
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        asyncio.run(middleware(scope, receive, send))
+        return len(orca(sent))
+
+    assert [report_count(memo) for _ in range(3)] == [1, 0, 0]
+    assert report_count(other) == 1  # another connection gets the same sample
+    sampler.header = (b"endpoint-load-metrics", b"TEXT cpu_utilization=0.2")  # the next tick
+    assert [report_count(memo) for _ in range(2)] == [1, 0]
+
+
+def test_unknown_attach_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="attach mode"):
+        LoadReportMiddleware(Backend(), enabled=True, authority=Authority(Policy(frozenset())), sampler=Sampler(),
+                             attach="sometimes")  # fmt: skip

@@ -238,3 +238,16 @@ def test_report_is_live(secured_replica, dev_pki, client_certs) -> None:  # type
     assert busy.cpu_utilization is not None and idle.cpu_utilization is not None
     assert busy.cpu_utilization > idle.cpu_utilization
     assert busy.rps_fractional is not None and busy.rps_fractional > 0
+
+
+def test_once_per_sample_over_one_connection(dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+    """With a 1 s sample, 20 quick requests on one connection carry the report once (or twice across a tick);
+    a new connection gets it again."""
+    flags = [*fp_flags(dev_pki), "--endpoint-load-metrics-attach", "once-per-sample",
+             "--endpoint-load-metrics-interval", "1s"]  # fmt: skip
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        with client(dev_pki.cert("ca"), "h2", client_certs["front-proxy"]) as http:
+            counts = [len(reports(http.get(replica.url + "/version", headers={OPT_IN: "TEXT"}))) for _ in range(20)]
+        assert 1 <= sum(counts) <= 2 and counts[0] == 1
+        fresh = get(replica, dev_pki.cert("ca"), "h2", client_certs["front-proxy"], [(OPT_IN, b"TEXT")])
+        assert len(reports(fresh)) == 1

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set-up shared by the README's two commands: system tools (h2load, curl), then a virtual environment in .venv
+# with the package and every extra. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v h2load >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq nghttp2-client curl >/dev/null
+  else
+    sudo apt-get update -qq && sudo apt-get install -y -qq nghttp2-client curl >/dev/null
+  fi
+fi
+command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || {
+  echo "setup: a C compiler is needed for the h2load client-certificate shim (apt-get install gcc)" >&2; exit 1; }
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test,envoy,plot]"
