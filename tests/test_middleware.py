@@ -10,7 +10,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.authz import FrontProxyVerifier, Policy, SecretSet
-from secure_orca.middleware import Authority, LoadReportMiddleware
+from secure_orca.middleware import CONNECTION_KEY, Authority, ConnectionMemo, LoadReportMiddleware
 from secure_orca.sampler import Sampler
 
 FP_CA = pki.make_ca("front-proxy-ca")
@@ -61,8 +61,15 @@ def make(enabled: bool = True, modes: frozenset[str] = frozenset({"front-proxy",
     return middleware, backend, sampler, decisions
 
 
-def call(middleware: LoadReportMiddleware, headers: list[tuple[bytes, bytes]], chain: list[str] | None = None):  # type: ignore[no-untyped-def]
+def call(
+    middleware: LoadReportMiddleware,
+    headers: list[tuple[bytes, bytes]],
+    chain: list[str] | None = None,
+    memo: ConnectionMemo | None = None,
+) -> list[dict[str, Any]]:
     scope: dict[str, Any] = {"type": "http", "path": "/", "headers": headers, "extensions": {}}
+    if memo is not None:
+        scope["extensions"][CONNECTION_KEY] = memo
     if chain is not None:
         scope["extensions"]["tls"] = {"client_cert_chain": chain}
     sent: list[dict[str, Any]] = []
@@ -153,25 +160,12 @@ def test_cached_grant_expires_with_the_certificate() -> None:
 
 
 def test_once_per_sample_attaches_each_sample_once_per_connection() -> None:
-    from secure_orca.middleware import CONNECTION_KEY, ConnectionMemo
-
     middleware, _, sampler, _ = make()
     middleware.once_per_sample = True
     memo, other = ConnectionMemo(), ConnectionMemo()
 
     def report_count(memo: ConnectionMemo) -> int:
-        scope_extra = {CONNECTION_KEY: memo, "tls": {"client_cert_chain": [FP_PEM]}}
-        scope: dict[str, Any] = {"type": "http", "path": "/", "headers": [OPT_IN], "extensions": scope_extra}
-        sent: list[dict[str, Any]] = []
-
-        async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": b""}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        asyncio.run(middleware(scope, receive, send))
-        return len(orca(sent))
+        return len(orca(call(middleware, [OPT_IN], [FP_PEM], memo)))
 
     assert [report_count(memo) for _ in range(3)] == [1, 0, 0]
     assert report_count(other) == 1  # another connection gets the same sample
