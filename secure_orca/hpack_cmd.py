@@ -42,7 +42,7 @@ from secure_orca.hpack_wire import (
     parse_target,
 )
 from secure_orca.hpack_wire import as_dict as wire_dict
-from secure_orca.report import HEADER, encode_text
+from secure_orca.report import DEFAULT_DECIMALS, HEADER, encode_text
 
 HELP = "measure (on the wire) and model the HPACK cost of ORCA headers"
 MAX_RATE = 5000.0  # per connection; a pure-Python client and server cap out around a few thousand req/s
@@ -80,7 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--duration", type=float, default=10.0, metavar="SECONDS", help="seconds per rate (default 10)")
     a("--path", default="/version", help="path to request (default /version)")
     a("--interval", default="100ms", help="the server's --endpoint-load-metrics-interval, for the model (100ms)")
-    a("--decimals", type=int, default=3, help="the server's --endpoint-load-metrics-decimals, for the model (3)")
+    a(
+        "--decimals",
+        type=int,
+        default=DEFAULT_DECIMALS,
+        help=f"the server's --endpoint-load-metrics-decimals, for the model ({DEFAULT_DECIMALS})",
+    )
     a("--timeout", type=float, default=10.0, metavar="SECONDS", help="socket timeout (default 10)")
     a("--json", action="store_true", help="print JSON instead of tables (progress still on stderr)")
 

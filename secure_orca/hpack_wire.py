@@ -39,7 +39,7 @@ from secure_orca.hpack_model import WARMUP_CAP, CellResult, Scenario, simulate
 from secure_orca.hpack_walk import ORCA_FIELDS, BlockCost, ConnectionAttribution, attribute_connection, replay
 from secure_orca.optin import HEADER as OPT_IN
 from secure_orca.optin import header_value
-from secure_orca.report import HEADER, HEADER_BIN, encode_bin, parse_text
+from secure_orca.report import DEFAULT_DECIMALS, HEADER, HEADER_BIN, encode_bin, parse_text
 
 USER_AGENT = b"secure-orca-hpack/0.1"
 FRAME_HEADER = 9  # RFC 9113 section 4.1
@@ -484,7 +484,7 @@ class MeasureConfig:
     connections: int = 1
     duration: float = 10.0
     interval: float = 0.1  # the server's sampling interval, for the model column
-    decimals: int = 3  # the server's precision, for the model column
+    decimals: int = DEFAULT_DECIMALS  # the server's precision, for the model column
     timeout: float = 10.0
 
 

@@ -36,7 +36,7 @@ from cryptography import x509
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config
-from hypercorn.events import RawData, Updated
+from hypercorn.events import RawData
 from hyperframe.frame import GoAwayFrame
 
 from .middleware import CONNECTION_KEY, ConnectionMemo
@@ -46,6 +46,9 @@ HYPERCORN_VERSION = "0.18.0"
 # OpenSSL's X509_V_FLAG_NO_CHECK_TIME: leave validity to the per-request front-proxy check, as Go does.
 _NO_CHECK_TIME = 0x200000
 _ENCODING_DER = _ssl.ENCODING_DER
+MAX_STREAM_ID = 2**31 - 1
+GOAWAY_GRACE = 1.0  # seconds between the GOAWAY notice and the real one: well over a round trip, as Go's server
+DRAIN_LIMIT = 60.0  # seconds accepted streams may take to finish after the real GOAWAY
 _TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
 
 
@@ -127,8 +130,10 @@ def _closing(send: Any) -> Any:
 
 class TLSAwareTCPServer(TCPServer):
     """hypercorn's TCPServer, reading the peer certificate once per connection (after the handshake), and able
-    to close an HTTP/2 connection gracefully: GOAWAY with the last stream id, in-flight streams finished, later
-    streams refused with REFUSED_STREAM (safe for any client to retry), then the connection closed."""
+    to close an HTTP/2 connection gracefully as RFC 9113 section 6.8 describes: a GOAWAY notice (last stream id
+    2^31-1: no new streams, please), one grace period for streams already on their way, then a GOAWAY with the
+    real last stream id (later streams refused with REFUSED_STREAM, safe to retry), every accepted stream
+    answered in full, and a final GOAWAY once the last frame is on the wire."""
 
     def __init__(self, app: Any, loop: Any, config: Any, context: Any, state: Any, reader: Any, writer: Any):
         try:
@@ -138,16 +143,31 @@ class TLSAwareTCPServer(TCPServer):
             tls = {"client_cert_chain": [], "client_cert_error": type(error).__name__}
         super().__init__(ConnectionApp(app, tls, self), loop, config, context, state, reader, writer)
         self.goaway_last_stream: int | None = None
-        self._closing: asyncio.Task[None] | None = None
+        self._goaway: asyncio.Task[None] | None = None
+
+    def _h2(self) -> tuple[Any, h2.connection.H2Connection] | None:
+        protocol = getattr(self.protocol, "protocol", None)
+        connection = getattr(protocol, "connection", None)
+        return (protocol, connection) if isinstance(connection, h2.connection.H2Connection) else None
+
+    async def _send_goaway(self, last_stream_id: int) -> None:
+        frame = GoAwayFrame(0, last_stream_id=last_stream_id, error_code=0)
+        with contextlib.suppress(ConnectionError, RuntimeError, AttributeError):  # closed meanwhile
+            await super().protocol_send(RawData(frame.serialize()))
 
     async def graceful_goaway(self) -> None:
-        h2_protocol = getattr(self.protocol, "protocol", None)
-        connection = getattr(h2_protocol, "connection", None)
-        if self.goaway_last_stream is not None or not isinstance(connection, h2.connection.H2Connection):
+        """Start the graceful close (once per connection); returns after the notice is sent."""
+        found = self._h2()
+        if self._goaway is not None or found is None:
             return
+        self._goaway = asyncio.get_running_loop().create_task(self._complete_goaway(*found))
+        await self._send_goaway(MAX_STREAM_ID)
+
+    async def _complete_goaway(self, protocol: Any, connection: h2.connection.H2Connection) -> None:
+        await asyncio.sleep(GOAWAY_GRACE)
         last = connection.highest_inbound_stream_id
         self.goaway_last_stream = last
-        create_stream = h2_protocol._create_stream  # type: ignore[union-attr]
+        create_stream = protocol._create_stream
 
         async def refuse_later_streams(request: h2.events.RequestReceived) -> None:
             if request.stream_id > last:
@@ -156,30 +176,22 @@ class TLSAwareTCPServer(TCPServer):
             else:
                 await create_stream(request)
 
-        h2_protocol._create_stream = refuse_later_streams  # type: ignore[union-attr]
-        frame = GoAwayFrame(0, last_stream_id=last, error_code=0)
-        await super().protocol_send(RawData(frame.serialize()))
-
-    async def protocol_send(self, event: Any) -> None:
-        await super().protocol_send(event)
-        if self.goaway_last_stream is not None and isinstance(event, Updated) and event.idle and not self._closing:
-            self._closing = asyncio.get_running_loop().create_task(self._final_goaway())
-
-    async def _final_goaway(self) -> None:
-        """Once every stream's last frame is on the wire (h2 counts it closed), send the final GOAWAY; the client
-        then closes, or hypercorn's idle timeout does. Closing sooner would cut responses still being sent."""
-        connection = self.protocol.protocol.connection  # type: ignore[attr-defined]
-        for _ in range(500):  # at most about 5 s
-            if connection.open_inbound_streams == 0:
-                break
-            await asyncio.sleep(0.01)
+        protocol._create_stream = refuse_later_streams
+        await self._send_goaway(last)
+        # Close only once every stream's last frame is on the wire (h2 counts it closed): sooner would cut
+        # responses still being sent. Then the client closes, or hypercorn's idle timeout does.
+        deadline = asyncio.get_running_loop().time() + DRAIN_LIMIT
+        while connection.open_inbound_streams and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
         if connection.state_machine.state == h2.connection.ConnectionState.CLOSED or self.writer.is_closing():
             return  # the client closed first, as it should once every stream is done
-        connection.close_connection(last_stream_id=self.goaway_last_stream)
-        with contextlib.suppress(ConnectionError, RuntimeError, AttributeError):  # closed meanwhile
+        connection.close_connection(last_stream_id=last)
+        with contextlib.suppress(ConnectionError, RuntimeError, AttributeError):
             await super().protocol_send(RawData(connection.data_to_send()))
 
     async def _close(self) -> None:
+        if self._goaway is not None:
+            self._goaway.cancel()
         # asyncio raises this when the peer sends after our close_notify; the connection is over either way.
         with contextlib.suppress(ssl.SSLError):
             await super()._close()

@@ -7,6 +7,7 @@ import socket
 import ssl
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import h2.connection
@@ -17,6 +18,7 @@ import pytest
 from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame, SettingsFrame
 
 from secure_orca import launch, pki
+from secure_orca.server import MAX_STREAM_ID
 
 from .conftest import fp_flags
 
@@ -58,20 +60,22 @@ class RawH2:
         self.sent.append(stream)
         return stream
 
-    def read_until_closed(self, timeout: float = 20.0) -> Outcome:
-        """Read frames until the server closes, or every stream is answered and the final GOAWAY (last stream
-        id below 2**31-1 after all streams) is in. Frames are parsed here, not by h2, whose client state
-        machine rejects the frames a server legitimately sends after its GOAWAY."""
+    def read_until(self, done: Callable[[], bool], timeout: float = 20.0) -> Outcome:
+        """Read frames until ``done()`` or the server closes. Frames are parsed here, not by h2, whose client
+        state machine rejects the frames a server legitimately sends after its GOAWAY."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.outcome.closed and not self.finished():
+        while time.monotonic() < deadline and not self.outcome.closed and not done():
             self.read_frames()
-        self.sock.close()
         return self.outcome
 
-    def finished(self) -> bool:
+    def answered(self) -> bool:
+        """Every stream sent has ended or been reset: a real client would now close a rotated connection."""
         o = self.outcome
-        answered = all(s in o.ended or s in o.reset or (o.goaways and s > o.goaways[0][0]) for s in self.sent)
-        return answered and len(o.goaways) >= 2  # the first GOAWAY and the final one
+        return all(s in o.ended or s in o.reset for s in self.sent)
+
+    def real_goaway(self) -> int | None:
+        """The last stream id of the first GOAWAY after the notice (2**31-1), if one arrived."""
+        return next((last for last, _ in self.outcome.goaways if last != MAX_STREAM_ID), None)
 
     def read_frames(self) -> None:
         data = self.sock.recv(65536)
@@ -111,28 +115,40 @@ def rotating(dev_pki: pki.DevPKI):  # type: ignore[no-untyped-def]
 
 def test_goaway_lets_in_flight_streams_finish_and_refuses_later_ones(rotating, dev_pki) -> None:  # type: ignore[no-untyped-def]
     client = RawH2(rotating, str(dev_pki.cert("ca")))
-    # The third request reaches the limit; it is slow, so it is still in flight when we send more.
+    # The third request reaches the limit; it is slow, so it is still in flight when the GOAWAYs go out.
     first = [client.request(path) for path in ("/healthz", "/healthz", "/work?cpu_ms=300")]
-    while not client.outcome.goaways:  # the GOAWAY is on the wire before the slow request starts working
-        client.read_frames()
-    late = [client.request("/healthz") for _ in range(2)]  # h2 never saw the GOAWAY, so it lets us send
-    outcome = client.read_until_closed()
-    assert outcome.goaways[0] == (max(first), h2.errors.ErrorCodes.NO_ERROR)
+    client.read_until(lambda: client.real_goaway() is not None)
+    late = [client.request("/healthz") for _ in range(2)]  # h2 never saw the GOAWAYs, so it lets us send
+    outcome = client.read_until(lambda: False, timeout=3)  # to the server's close (or 3 s)
+    client.sock.close()
+    assert outcome.goaways[0] == (MAX_STREAM_ID, h2.errors.ErrorCodes.NO_ERROR)  # the notice first
+    assert client.real_goaway() == max(first)
     assert all(outcome.status.get(s) == 200 and s in outcome.ended for s in first)
-    # Later streams are never processed: refused, or (arriving after the close) covered by the GOAWAY's last
-    # stream id, which tells the client they are safe to retry. At least one is refused explicitly here.
+    # Streams sent after the real GOAWAY are never processed: refused, or (once the server has closed the
+    # h2 session) left unanswered above the last stream id; either way safe for the client to retry.
     assert not any(s in outcome.status for s in late), outcome
-    assert all(outcome.reset.get(s, h2.errors.ErrorCodes.REFUSED_STREAM) == h2.errors.ErrorCodes.REFUSED_STREAM
-               for s in late)  # fmt: skip
-    assert outcome.reset.get(late[0]) == h2.errors.ErrorCodes.REFUSED_STREAM, outcome
-    assert len(outcome.goaways) == 2  # then the final GOAWAY; the client closes
+    refused = h2.errors.ErrorCodes.REFUSED_STREAM
+    assert all(outcome.reset.get(s, refused) == refused and s > client.real_goaway() for s in late), outcome
+
+
+def test_streams_in_flight_during_the_notice_are_served(rotating, dev_pki) -> None:  # type: ignore[no-untyped-def]
+    """Streams a client opened before it read the notice (the race RFC 9113 section 6.8 describes) are within
+    the grace period: they are answered, not refused."""
+    client = RawH2(rotating, str(dev_pki.cert("ca")))
+    first = [client.request("/healthz") for _ in range(3)]
+    client.read_until(lambda: bool(client.outcome.goaways))  # the notice
+    racing = [client.request("/healthz") for _ in range(2)]
+    outcome = client.read_until(lambda: client.answered() and client.real_goaway() is not None)
+    client.sock.close()
+    assert all(outcome.status.get(s) == 200 for s in [*first, *racing]), outcome
+    assert client.real_goaway() == max(racing)
 
 
 def test_rotation_costs_a_compliant_client_no_errors(rotating, dev_pki) -> None:  # type: ignore[no-untyped-def]
     """300 requests, 10 in flight, over connections rotated every 3 requests. A client that does what RFC 9113
-    allows (retry streams above the GOAWAY's last stream id, or refused, on a new connection) loses none.
-    (httpx 0.28/httpcore and h2load do not retry; Envoy does, with the retry policy secure-orca envoy-config
-    writes.)"""
+    asks (no new streams after a GOAWAY; retry streams above the last stream id, or refused, on a new
+    connection) loses none. (httpx 0.28/httpcore and h2load do not retry; Envoy does, with the retry policy
+    secure-orca envoy-config writes.)"""
     pending = list(range(300))
     done: dict[int, int] = {}
     connections = 0
@@ -140,8 +156,9 @@ def test_rotation_costs_a_compliant_client_no_errors(rotating, dev_pki) -> None:
         connections += 1
         client = RawH2(rotating, str(dev_pki.cert("ca")))
         streams = {client.request(f"/version?i={i}"): i for i in pending[:10]}
-        outcome = client.read_until_closed()
-        last = outcome.goaways[0][0] if outcome.goaways else max(streams)
+        outcome = client.read_until(client.answered)
+        client.sock.close()
+        last = client.real_goaway() or max(streams)
         for stream, i in streams.items():
             if stream in outcome.ended and stream in outcome.status:
                 done[i] = outcome.status[stream]
@@ -159,14 +176,14 @@ def test_goaway_chance_rebalances_without_errors(dev_pki) -> None:  # type: igno
         sent = []
         for _ in range(400):  # sequential: P(no GOAWAY in 400) = 0.98**400 < 0.0004
             sent.append(client.request("/healthz"))
-            while sent[-1] not in client.outcome.ended and not client.outcome.closed:
-                client.read_frames()
+            client.read_until(lambda: sent[-1] in client.outcome.ended)
             if client.outcome.goaways:
                 break
-        outcome = client.read_until_closed()
-    assert outcome.goaways and outcome.goaways[0] == (sent[-1], 0)
+        outcome = client.read_until(lambda: client.real_goaway() is not None)
+        client.sock.close()
+    assert outcome.goaways[0] == (MAX_STREAM_ID, 0)
+    assert client.real_goaway() == sent[-1]
     assert all(outcome.status.get(s) == 200 for s in sent)
-    assert len(outcome.goaways) == 2  # then the final GOAWAY; the client closes
 
 
 def test_http11_rotation_closes_after_the_response(rotating, dev_pki) -> None:  # type: ignore[no-untyped-def]
