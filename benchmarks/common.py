@@ -1,0 +1,396 @@
+"""Shared pieces of the benchmarks: spreads of interleaved ratios, the benchmark PKI and client identities,
+server flags, an h2load runner (with an LD_PRELOAD shim for client certificates), and an in-process server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import shutil
+import socket
+import ssl
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from secure_orca import launch, pki, serve_cmd
+from secure_orca.optin import HEADER as OPTIN_HEADER
+from secure_orca.report import HEADER as REPORT_HEADER
+from secure_orca.sampler import Sampler
+from secure_orca.server import ServerOptions, make_server_context, serve
+
+HERE = Path(__file__).resolve().parent
+SHIM_SOURCE = HERE / "h2load_client_cert.c"
+HOST = "127.0.0.1"
+PATH = "/healthz"  # the cheapest route of the demo backend: the feature's share of a request is largest here
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+MAX_REQUESTS = 1_000_000_000  # keep connections open: per-connection cost is measured on its own (section 3)
+
+
+# ---- statistics -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and range of per-round values (ratios from interleaved rounds)."""
+
+    median: float
+    low: float
+    high: float
+    rounds: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        if not values:
+            raise ValueError("no values")
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def text(self, digits: int = 3) -> str:
+        return f"{self.median:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+
+
+def ratios(rounds: Sequence[dict[str, float]], variant: str, baseline: str) -> Spread:
+    """Spread of ``variant / baseline`` computed within each round."""
+    return Spread.of([r[variant] / r[baseline] for r in rounds if r.get(baseline)])
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted values (q in 0..100)."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]
+
+
+def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
+    """``items`` rotated by the round number, so no variant always runs first."""
+    shift = round_index % len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def jsonable(value: Any) -> Any:
+    """Dataclasses (such as Spread) and paths made JSON-friendly, recursively."""
+    if hasattr(value, "__dataclass_fields__"):
+        return jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+# ---- identities and flags ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a client presents: a certificate (or none) and the opt-in header value (or none)."""
+
+    name: str
+    cert: Path | None = None
+    key: Path | None = None
+    optin: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {OPTIN_HEADER: self.optin} if self.optin is not None else {}
+
+
+@dataclass(frozen=True)
+class BenchPKI:
+    """The development PKI of one benchmark run and the client identities made from it."""
+
+    dev: pki.DevPKI
+
+    @classmethod
+    def create(cls, root: Path) -> BenchPKI:
+        dev = pki.DevPKI(root)
+        return cls(dev if dev.exists() else pki.generate(root))
+
+    @property
+    def secret(self) -> str:
+        return self.dev.secret.read_text().splitlines()[0].strip()
+
+    def front_proxy(self, optin: str | None = "TEXT") -> Identity:
+        return Identity("front-proxy", self.dev.cert("front_proxy_client"), self.dev.key("front_proxy_client"), optin)
+
+    def user(self, optin: str | None = "TEXT") -> Identity:
+        """An ordinary client-CA user sending the opt-in: a client bypassing the load balancer."""
+        return Identity("bypass-user", self.dev.cert("user"), self.dev.key("user"), optin)
+
+    def shared_secret(self) -> Identity:
+        return Identity("shared-secret", optin=f"TEXT; secret={self.secret}")
+
+    def anonymous(self, optin: str | None = "TEXT") -> Identity:
+        return Identity("no-certificate", optin=optin)
+
+    def server_flags(self, *, enabled: bool, interval: str = "100ms") -> list[str]:
+        """``serve`` flags after the TLS ones of ``launch.serve_argv``: the same trust either way, the feature
+        gate and --enable-endpoint-load-metrics only when ``enabled``."""
+        flags = [
+            "--requestheader-client-ca-file",
+            str(self.dev.cert("front_proxy_ca")),
+            "--requestheader-allowed-names",
+            pki.FRONT_PROXY_CN,
+            "--endpoint-load-metrics-secret-file",
+            str(self.dev.secret),
+            "--endpoint-load-metrics-auth",
+            "front-proxy,shared-secret",
+            "--endpoint-load-metrics-interval",
+            interval,
+            "--max-requests-per-connection",
+            str(MAX_REQUESTS),
+        ]
+        if enabled:
+            flags += ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics"]
+        return flags
+
+    def serve_argv(self, *, enabled: bool, interval: str = "100ms") -> list[str]:
+        return launch.serve_argv(self.dev, self.server_flags(enabled=enabled, interval=interval), host=HOST)
+
+
+def report_attached(url: str, identity: Identity, ca: Path) -> bool:
+    """One HTTP/2 request as ``identity``; True when the response carries a load report."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if identity.cert is not None and identity.key is not None:
+        context.load_cert_chain(identity.cert, identity.key)
+    with httpx.Client(http2=True, verify=context, timeout=10) as client:
+        response = client.get(url + PATH, headers=identity.headers())
+        response.raise_for_status()
+        if response.http_version != "HTTP/2":
+            raise RuntimeError(f"expected HTTP/2, got {response.http_version}")
+        return REPORT_HEADER in response.headers
+
+
+def process_cpu(pid: int) -> float:
+    """utime + stime of a process in seconds, from its own accounting in /proc/<pid>/stat (fields 14, 15)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+
+
+# ---- h2load -----------------------------------------------------------------------------------------------
+
+
+class BenchError(RuntimeError):
+    """A benchmark step that could not run (missing tool, failed requests)."""
+
+
+def h2load_path() -> str:
+    found = shutil.which("h2load")
+    if found is None:
+        raise BenchError("h2load not found (Debian package nghttp2-client)")
+    return found
+
+
+def build_shim(directory: Path) -> Path:
+    """Compile the client-certificate shim for h2load into ``directory`` (once)."""
+    target = directory / "h2load_client_cert.so"
+    if target.exists() and target.stat().st_mtime >= SHIM_SOURCE.stat().st_mtime:
+        return target
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise BenchError("no C compiler: cannot build the h2load client-certificate shim")
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-o", str(target), str(SHIM_SOURCE), "-ldl"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return target
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """One h2load run: throughput over the measured period and latency percentiles from its request log."""
+
+    rps: float
+    elapsed: float
+    succeeded: int
+    failed: int
+    p50_ms: float
+    p99_ms: float
+    server_cpu_us: float = float("nan")  # server process CPU per request, where the caller measured it
+
+
+_FINISHED = re.compile(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s")
+_REQUESTS = re.compile(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed")
+
+
+def parse_h2load(stdout: str, log_text: str) -> LoadResult:
+    finished, requests = _FINISHED.search(stdout), _REQUESTS.search(stdout)
+    if finished is None or requests is None:
+        raise BenchError(f"cannot parse h2load output:\n{stdout[-2000:]}")
+    elapsed = float(finished.group(1)) / (1000 if finished.group(2) == "ms" else 1)
+    latencies = sorted(int(row.split("\t")[2]) / 1000 for row in log_text.splitlines() if row.count("\t") >= 2)
+    return LoadResult(
+        rps=float(finished.group(3)),
+        elapsed=elapsed,
+        succeeded=int(requests.group(2)),
+        failed=int(requests.group(3)),
+        p50_ms=percentile(latencies, 50),
+        p99_ms=percentile(latencies, 99),
+    )
+
+
+@dataclass(frozen=True)
+class Load:
+    """An h2load workload: connections, streams per connection, and either a request count or a duration."""
+
+    clients: int
+    streams: int
+    requests: int | None = None
+    duration: float | None = None
+    warmup: float | None = None
+
+    def args(self) -> list[str]:
+        out = ["-c", str(self.clients), "-m", str(self.streams), "-t", "1"]
+        if self.duration is not None:
+            out += ["-D", f"{self.duration:g}"]
+            if self.warmup:
+                out += [f"--warm-up-time={self.warmup:g}"]
+        else:
+            out += ["-n", str(self.requests or self.clients)]
+        return out
+
+    @property
+    def label(self) -> str:
+        return f"c={self.clients} m={self.streams}"
+
+
+def run_h2load(url: str, load: Load, identity: Identity, shim: Path, workdir: Path) -> LoadResult:
+    """Run h2load once; a client certificate, when the identity has one, is presented through the shim."""
+    log_file = workdir / "h2load-requests.log"
+    log_file.unlink(missing_ok=True)
+    argv = [h2load_path(), *load.args(), f"--log-file={log_file}"]
+    for name, value in identity.headers().items():
+        argv += ["-H", f"{name}: {value}"]
+    env = {"PATH": "/usr/bin:/bin"}
+    if identity.cert is not None and identity.key is not None:
+        env |= {
+            "LD_PRELOAD": str(shim),
+            "H2LOAD_CLIENT_CERT": str(identity.cert),
+            "H2LOAD_CLIENT_KEY": str(identity.key),
+        }
+    timeout = 60 + (load.duration or 0) + (load.warmup or 0)
+    done = subprocess.run([*argv, url + PATH], capture_output=True, text=True, env=env, timeout=timeout)
+    if done.returncode != 0:
+        raise BenchError(f"h2load exited with {done.returncode}: {done.stderr[-1000:]}")
+    if identity.cert is not None and "h2load_client_cert: presenting" not in done.stderr:
+        raise BenchError(f"the client-certificate shim did not load: {done.stderr[-500:]}")
+    result = parse_h2load(done.stdout, log_file.read_text() if log_file.exists() else "")
+    if result.failed or not result.succeeded:
+        raise BenchError(f"h2load: {result.failed} of {result.succeeded + result.failed} requests failed")
+    return result
+
+
+# ---- a server in this process (to count verifications and requests) --------------------------------------
+
+
+@dataclass
+class InProcessServer:
+    """``secure-orca serve`` running in a thread of this process, built from the same flags and code."""
+
+    config: serve_cmd.ServeConfig
+    sampler: Sampler
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"https://{HOST}:{self.port}"
+
+    @property
+    def verifications(self) -> int:
+        return self.config.verifier.verifications if self.config.verifier is not None else 0
+
+    @property
+    def requests(self) -> int:
+        return self.sampler.counters.requests
+
+
+def parse_serve_flags(argv: Sequence[str]) -> argparse.Namespace:
+    """The flags of a ``launch.serve_argv`` command line (everything after ``serve``), parsed by ``serve``."""
+    parser = argparse.ArgumentParser()
+    serve_cmd.add_arguments(parser)
+    return parser.parse_args(list(argv)[list(argv).index("serve") + 1 :])
+
+
+def wait_listening(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((HOST, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise BenchError(f"in-process server not listening on {port} after {timeout:.0f}s")
+
+
+@contextmanager
+def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[InProcessServer]:
+    """Serve in a background thread; ``profiler`` (e.g. cProfile.Profile) is enabled in that thread only."""
+    config = serve_cmd.build_config(parse_serve_flags(argv))
+    sampler = Sampler(config.interval, decimals=config.decimals)
+    app, _proxy = serve_cmd.build_app(config, sampler)
+    port = launch.free_port(HOST)
+    files = config.files
+    trust = [path for path in (files.client_ca, files.requestheader_ca) if path is not None]
+    options = ServerOptions(
+        host=HOST,
+        port=port,
+        context=make_server_context(files.cert, files.key, trust),
+        max_requests_per_connection=config.max_requests,
+        graceful_timeout=2.0,
+    )
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        if profiler is not None:
+            profiler.enable()
+        try:
+            loop.run_until_complete(serve(app, options, stop.wait))
+        except BaseException as error:
+            failure.append(error)
+        finally:
+            if profiler is not None:
+                profiler.disable()
+            loop.close()
+
+    if config.enabled:
+        sampler.start()
+    # h2load drops its connections when a timed run ends: asyncio would log every unsent write and cancelled task.
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_level = asyncio_log.level
+    asyncio_log.setLevel(logging.CRITICAL)
+    thread = threading.Thread(target=run, name="bench-server", daemon=True)
+    thread.start()
+    try:
+        wait_listening(port)
+        yield InProcessServer(config, sampler, port)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=15)
+        sampler.stop()
+        asyncio_log.setLevel(asyncio_level)
+    if failure:
+        raise BenchError(f"in-process server failed: {failure[0]!r}")

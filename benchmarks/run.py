@@ -1,0 +1,199 @@
+"""Run the performance benchmarks of issue 6 and write Markdown and JSON results.
+
+    python -m benchmarks.run                 # full run (about 12 minutes on 2 cores)
+    python -m benchmarks.run --smoke         # small counts: checks that everything runs (CI)
+    python -m benchmarks.run --only middleware --output /tmp/bench
+
+Sections: endtoend (h2load against replicas), middleware (in process), connections (mTLS per connection),
+sampler (idle CPU), profile (where server time goes). Every comparison is interleaved in rounds and reported
+as ratios with their spread, so a shared, noisy machine cancels out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import connections, endtoend, middleware_cost, profile, sampler_cpu
+from .common import BenchPKI, Load, build_shim, h2load_path, jsonable
+
+SECTIONS = ("endtoend", "middleware", "connections", "sampler", "profile")
+DEFAULT_OUTPUT = Path(tempfile.gettempdir()) / "secure-orca-bench"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Counts of one run; ``SMOKE`` only proves the benchmarks run."""
+
+    e2e_rounds: int
+    e2e_loads: tuple[Load, ...]
+    mw_rounds: int
+    mw_requests: int
+    mw_seconds: float
+    conn_rounds: int
+    conn_count: int
+    proof_connections: int
+    proof_requests: int
+    sampler_rounds: int
+    sampler_window: float
+    profile_load: Load
+
+
+FULL = Settings(
+    e2e_rounds=7,
+    e2e_loads=tuple(Load(c, m, duration=3, warmup=1) for c, m in ((1, 1), (4, 8), (16, 32))),
+    mw_rounds=15,
+    mw_requests=20_000,
+    mw_seconds=2.0,
+    conn_rounds=7,
+    conn_count=100,
+    proof_connections=4,
+    proof_requests=4_000,
+    sampler_rounds=3,
+    sampler_window=20.0,
+    profile_load=Load(4, 8, duration=5, warmup=1),
+)
+SMOKE = Settings(
+    e2e_rounds=1,
+    e2e_loads=(Load(1, 1, requests=40), Load(2, 4, requests=80)),
+    mw_rounds=2,
+    mw_requests=200,
+    mw_seconds=0.5,
+    conn_rounds=1,
+    conn_count=4,
+    proof_connections=2,
+    proof_requests=60,
+    sampler_rounds=1,
+    sampler_window=1.0,
+    profile_load=Load(2, 4, requests=80),
+)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    h2load = subprocess.run([h2load_path(), "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10)
+    return {
+        "nproc": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "hypercorn": importlib.metadata.version("hypercorn"),
+        "h2": importlib.metadata.version("h2"),
+        "h2load": h2load,
+        "git": commit.stdout.strip() or "unknown",
+    }
+
+
+def sections(settings: Settings, bench: BenchPKI, work: Path) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Each section as a thunk; the client-certificate shim is built only by sections that use h2load."""
+
+    def shim() -> Path:
+        return build_shim(work)
+
+    return {
+        "endtoend": lambda: endtoend.run(bench, settings.e2e_loads, settings.e2e_rounds, shim(), work),
+        "middleware": lambda: middleware_cost.run(bench, settings.mw_rounds, settings.mw_requests, settings.mw_seconds),
+        "connections": lambda: connections.run(
+            bench,
+            shim(),
+            work,
+            rounds=settings.conn_rounds,
+            connections=settings.conn_count,
+            proof_connections=settings.proof_connections,
+            proof_requests=settings.proof_requests,
+        ),
+        "sampler": lambda: sampler_cpu.run(bench, settings.sampler_rounds, settings.sampler_window),
+        "profile": lambda: profile.run(bench, shim(), work, settings.profile_load),
+    }
+
+
+RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
+    "endtoend": endtoend.render,
+    "middleware": middleware_cost.render,
+    "connections": connections.render,
+    "sampler": sampler_cpu.render,
+    "profile": profile.render,
+}
+TITLES = {
+    "endtoend": "1. End to end: h2load over TLS + HTTP/2",
+    "middleware": "2. Middleware alone, in process",
+    "connections": "3. Per-connection cost of mTLS",
+    "sampler": "4. Sampler CPU, server idle",
+    "profile": "Where the server's time goes (variant b)",
+}
+
+
+def run_all(settings: Settings, output: Path, only: Sequence[str] = SECTIONS) -> dict[str, Any]:
+    """Run the chosen sections in order; returns their results (keyed by section) with timings."""
+    output.mkdir(parents=True, exist_ok=True)
+    bench = BenchPKI.create(output / "pki")
+    work = output / "work"
+    work.mkdir(exist_ok=True)
+    thunks = sections(settings, bench, work)
+    results: dict[str, Any] = {}
+    for name in only:
+        started = time.monotonic()
+        print(f"benchmarks: {name} ...", file=sys.stderr, flush=True)
+        results[name] = thunks[name]()
+        results[name]["seconds"] = round(time.monotonic() - started, 1)
+    return results
+
+
+def markdown(results: dict[str, Any], info: dict[str, Any], command: str) -> str:
+    lines = [
+        f"Command: `{command}`",
+        "",
+        f"Machine: {info['nproc']} CPUs ({info['usable_cpus']} usable), {info['cpu']}, Linux {info['kernel']}; "
+        f"Python {info['python']}, hypercorn {info['hypercorn']}, h2 {info['h2']}, {info['h2load']}; "
+        f"git {info['git']}; {info['date']}.",
+    ]
+    for name, result in results.items():
+        lines += ["", f"### {TITLES[name]}", "", RENDER[name](result), "", f"({result['seconds']} s)"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="small counts: check that the benchmarks run")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"results directory ({DEFAULT_OUTPUT})")
+    parser.add_argument("--json", type=Path, help="also write the JSON results to this file")
+    parser.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "-m", "benchmarks.run", *(sys.argv[1:] if argv is None else argv)])
+    info = machine() | {"date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    results = run_all(SMOKE if args.smoke else FULL, args.output, args.only or SECTIONS)
+    text = markdown(results, info, command)
+    payload = json.dumps(jsonable({"command": command, "machine": info, "results": results}), indent=1)
+    (args.output / "results.md").write_text(text)
+    (args.output / "results.json").write_text(payload)
+    if args.json is not None:
+        args.json.write_text(payload)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
