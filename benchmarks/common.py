@@ -7,12 +7,9 @@ import argparse
 import asyncio
 import logging
 import os
-import re
-import shutil
 import socket
 import ssl
 import statistics
-import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -23,14 +20,10 @@ from typing import Any
 
 import httpx
 
-from secure_orca import launch, pki, serve_cmd
-from secure_orca.optin import HEADER as OPTIN_HEADER
+from secure_orca import launch, loadgen, pki, serve_cmd
+from secure_orca.loadgen import Identity, Load, LoadResult
 from secure_orca.report import HEADER as REPORT_HEADER
-from secure_orca.sampler import Sampler
-from secure_orca.server import ServerOptions, make_server_context, serve
 
-HERE = Path(__file__).resolve().parent
-SHIM_SOURCE = HERE / "h2load_client_cert.c"
 HOST = "127.0.0.1"
 PATH = "/healthz"  # the cheapest route of the demo backend: the feature's share of a request is largest here
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
@@ -64,14 +57,6 @@ def ratios(rounds: Sequence[dict[str, float]], variant: str, baseline: str) -> S
     return Spread.of([r[variant] / r[baseline] for r in rounds if r.get(baseline)])
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of already sorted values (q in 0..100)."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
-    return sorted_values[rank - 1]
-
-
 def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
     """``items`` rotated by the round number, so no variant always runs first."""
     shift = round_index % len(items)
@@ -98,19 +83,6 @@ def jsonable(value: Any) -> Any:
 
 
 # ---- identities and flags ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What a client presents: a certificate (or none) and the opt-in header value (or none)."""
-
-    name: str
-    cert: Path | None = None
-    key: Path | None = None
-    optin: str | None = None
-
-    def headers(self) -> dict[str, str]:
-        return {OPTIN_HEADER: self.optin} if self.optin is not None else {}
 
 
 @dataclass(frozen=True)
@@ -189,117 +161,12 @@ def process_cpu(pid: int) -> float:
 # ---- h2load -----------------------------------------------------------------------------------------------
 
 
-class BenchError(RuntimeError):
-    """A benchmark step that could not run (missing tool, failed requests)."""
-
-
-def h2load_path() -> str:
-    found = shutil.which("h2load")
-    if found is None:
-        raise BenchError("h2load not found (Debian package nghttp2-client)")
-    return found
-
-
-def build_shim(directory: Path) -> Path:
-    """Compile the client-certificate shim for h2load into ``directory`` (once)."""
-    target = directory / "h2load_client_cert.so"
-    if target.exists() and target.stat().st_mtime >= SHIM_SOURCE.stat().st_mtime:
-        return target
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise BenchError("no C compiler: cannot build the h2load client-certificate shim")
-    directory.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O2", "-o", str(target), str(SHIM_SOURCE), "-ldl"],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return target
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    """One h2load run: throughput over the measured period and latency percentiles from its request log."""
-
-    rps: float
-    elapsed: float
-    succeeded: int
-    failed: int
-    p50_ms: float
-    p99_ms: float
-    server_cpu_us: float = float("nan")  # server process CPU per request, where the caller measured it
-
-
-_FINISHED = re.compile(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s")
-_REQUESTS = re.compile(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed")
-
-
-def parse_h2load(stdout: str, log_text: str) -> LoadResult:
-    finished, requests = _FINISHED.search(stdout), _REQUESTS.search(stdout)
-    if finished is None or requests is None:
-        raise BenchError(f"cannot parse h2load output:\n{stdout[-2000:]}")
-    elapsed = float(finished.group(1)) / (1000 if finished.group(2) == "ms" else 1)
-    latencies = sorted(int(row.split("\t")[2]) / 1000 for row in log_text.splitlines() if row.count("\t") >= 2)
-    return LoadResult(
-        rps=float(finished.group(3)),
-        elapsed=elapsed,
-        succeeded=int(requests.group(2)),
-        failed=int(requests.group(3)),
-        p50_ms=percentile(latencies, 50),
-        p99_ms=percentile(latencies, 99),
-    )
-
-
-@dataclass(frozen=True)
-class Load:
-    """An h2load workload: connections, streams per connection, and either a request count or a duration."""
-
-    clients: int
-    streams: int
-    requests: int | None = None
-    duration: float | None = None
-    warmup: float | None = None
-
-    def args(self) -> list[str]:
-        out = ["-c", str(self.clients), "-m", str(self.streams), "-t", "1"]
-        if self.duration is not None:
-            out += ["-D", f"{self.duration:g}"]
-            if self.warmup:
-                out += [f"--warm-up-time={self.warmup:g}"]
-        else:
-            out += ["-n", str(self.requests or self.clients)]
-        return out
-
-    @property
-    def label(self) -> str:
-        return f"c={self.clients} m={self.streams}"
+BenchError = loadgen.LoadError
 
 
 def run_h2load(url: str, load: Load, identity: Identity, shim: Path, workdir: Path) -> LoadResult:
-    """Run h2load once; a client certificate, when the identity has one, is presented through the shim."""
-    log_file = workdir / "h2load-requests.log"
-    log_file.unlink(missing_ok=True)
-    argv = [h2load_path(), *load.args(), f"--log-file={log_file}"]
-    for name, value in identity.headers().items():
-        argv += ["-H", f"{name}: {value}"]
-    env = {"PATH": "/usr/bin:/bin"}
-    if identity.cert is not None and identity.key is not None:
-        env |= {
-            "LD_PRELOAD": str(shim),
-            "H2LOAD_CLIENT_CERT": str(identity.cert),
-            "H2LOAD_CLIENT_KEY": str(identity.key),
-        }
-    timeout = 60 + (load.duration or 0) + (load.warmup or 0)
-    done = subprocess.run([*argv, url + PATH], capture_output=True, text=True, env=env, timeout=timeout)
-    if done.returncode != 0:
-        raise BenchError(f"h2load exited with {done.returncode}: {done.stderr[-1000:]}")
-    if identity.cert is not None and "h2load_client_cert: presenting" not in done.stderr:
-        raise BenchError(f"the client-certificate shim did not load: {done.stderr[-500:]}")
-    result = parse_h2load(done.stdout, log_file.read_text() if log_file.exists() else "")
-    if result.failed or not result.succeeded:
-        raise BenchError(f"h2load: {result.failed} of {result.succeeded + result.failed} requests failed")
-    return result
+    """h2load against the benchmark route of ``url`` (see secure_orca.loadgen)."""
+    return loadgen.run_h2load(url + PATH, load, identity, workdir, shim)
 
 
 # ---- a server in this process (to count verifications and requests) --------------------------------------
@@ -307,10 +174,9 @@ def run_h2load(url: str, load: Load, identity: Identity, shim: Path, workdir: Pa
 
 @dataclass
 class InProcessServer:
-    """``secure-orca serve`` running in a thread of this process, built from the same flags and code."""
+    """``secure-orca serve`` running in a thread of this process, assembled by the same code from the same flags."""
 
-    config: serve_cmd.ServeConfig
-    sampler: Sampler
+    server: serve_cmd.Server
     port: int
 
     @property
@@ -319,11 +185,11 @@ class InProcessServer:
 
     @property
     def verifications(self) -> int:
-        return self.config.verifier.verifications if self.config.verifier is not None else 0
+        return serve_cmd.verifications(self.server.app)
 
     @property
     def requests(self) -> int:
-        return self.sampler.counters.requests
+        return self.server.sampler.counters.requests
 
 
 def parse_serve_flags(argv: Sequence[str]) -> argparse.Namespace:
@@ -348,18 +214,9 @@ def wait_listening(port: int, timeout: float = 15.0) -> None:
 def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[InProcessServer]:
     """Serve in a background thread; ``profiler`` (e.g. cProfile.Profile) is enabled in that thread only."""
     config = serve_cmd.build_config(parse_serve_flags(argv))
-    sampler = Sampler(config.interval, decimals=config.decimals)
-    app, _proxy = serve_cmd.build_app(config, sampler)
-    port = launch.free_port(HOST)
-    files = config.files
-    trust = [path for path in (files.client_ca, files.requestheader_ca) if path is not None]
-    options = ServerOptions(
-        host=HOST,
-        port=port,
-        context=make_server_context(files.cert, files.key, trust),
-        max_requests_per_connection=config.max_requests,
-        graceful_timeout=2.0,
-    )
+    config.port = launch.free_port(HOST)
+    server = serve_cmd.Server.assemble(config)
+    server.options.graceful_timeout = 2.0
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
     failure: list[BaseException] = []
@@ -368,7 +225,7 @@ def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[I
         if profiler is not None:
             profiler.enable()
         try:
-            loop.run_until_complete(serve(app, options, stop.wait))
+            loop.run_until_complete(server.run(stop.wait))
         except BaseException as error:
             failure.append(error)
         finally:
@@ -376,8 +233,6 @@ def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[I
                 profiler.disable()
             loop.close()
 
-    if config.enabled:
-        sampler.start()
     # h2load drops its connections when a timed run ends: asyncio would log every unsent write and cancelled task.
     asyncio_log = logging.getLogger("asyncio")
     asyncio_level = asyncio_log.level
@@ -385,12 +240,11 @@ def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[I
     thread = threading.Thread(target=run, name="bench-server", daemon=True)
     thread.start()
     try:
-        wait_listening(port)
-        yield InProcessServer(config, sampler, port)
+        wait_listening(config.port)
+        yield InProcessServer(server, config.port)
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=15)
-        sampler.stop()
         asyncio_log.setLevel(asyncio_level)
     if failure:
         raise BenchError(f"in-process server failed: {failure[0]!r}")

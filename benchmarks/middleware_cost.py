@@ -147,7 +147,7 @@ async def _per_request_ns(app: App, scope: Scope, count: int, seconds: float) ->
 
 async def _measure(bench: BenchPKI, rounds: int, count: int, seconds: float) -> dict[str, Any]:
     sampler = Sampler(0.1)
-    sampler.tick()  # one published report, as after start(); the thread is not started: no tick can hide a call
+    sampler.tick()  # one published report, as after start(); no loop timer runs here: no tick can hide a call
     on, config = build_middleware(bench, sampler, True)
     off, _ = build_middleware(bench, sampler, False)
     baseline = PassThrough(demo.app)

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from secure_orca.loadgen import build_shim, h2load_path
+
 from . import connections, endtoend, middleware_cost, profile, sampler_cpu
-from .common import BenchPKI, Load, build_shim, h2load_path, jsonable
+from .common import BenchPKI, Load, jsonable
 
 SECTIONS = ("endtoend", "middleware", "connections", "sampler", "profile")
 DEFAULT_OUTPUT = Path(tempfile.gettempdir()) / "secure-orca-bench"

@@ -54,6 +54,16 @@ class FrontProxyResult:
 
 
 NO_CERTIFICATE = FrontProxyResult(False, "no-certificate")
+_DECISIONS: dict[tuple[bool, str], Decision] = {}
+
+
+def decision(attach: bool, reason: str) -> Decision:
+    """Decisions are few and immutable: one shared instance each, nothing allocated per request."""
+    key = (attach, reason)
+    found = _DECISIONS.get(key)
+    if found is None:
+        found = _DECISIONS[key] = Decision(attach, reason)
+    return found
 
 
 def common_name(cert: x509.Certificate) -> str | None:
@@ -163,17 +173,17 @@ class Policy:
         try:
             request = optin.parse(optin_values)
         except optin.OptInError as refused:
-            return Decision(False, refused.reason)
+            return decision(False, refused.reason)
         if "header-only" in self.modes:
-            return Decision(True, "header-only")
+            return decision(True, "header-only")
         if "front-proxy" in self.modes and front_proxy.holds_at(now):
-            return Decision(True, "front-proxy")
+            return decision(True, "front-proxy")
         if request.secret is not None:
             if self.secrets is not None and "shared-secret" in self.modes and self.secrets.matches(request.secret):
-                return Decision(True, "shared-secret")
-            return Decision(False, "secret")
+                return decision(True, "shared-secret")
+            return decision(False, "secret")
         if "front-proxy" in self.modes:
             if front_proxy.ok:  # verified earlier, since expired
-                return Decision(False, "expired")
-            return Decision(False, front_proxy.reason)
-        return Decision(False, "secret")
+                return decision(False, "expired")
+            return decision(False, front_proxy.reason)
+        return decision(False, "secret")

@@ -116,11 +116,11 @@ class Timing:
 
 # Envoy's defaults (written out explicitly, so a version bump cannot change them silently); the
 # error_utilization_penalty of 1.0 is the proto's documented value, which the code does not apply by default.
-PRODUCTION_TIMING = Timing(blackout_period=10, weight_update_period=1, weight_expiration_period=180,
-                           smoothing_time_constant=5)
+PRODUCTION_TIMING = Timing(
+    blackout_period=10, weight_update_period=1, weight_expiration_period=180, smoothing_time_constant=5
+)
 # Short periods so tests converge in seconds; 0.1 s is the smallest update period Envoy accepts.
-TEST_TIMING = Timing(blackout_period=1, weight_update_period=0.1, weight_expiration_period=3,
-                     smoothing_time_constant=1)
+TEST_TIMING = Timing(blackout_period=1, weight_update_period=0.1, weight_expiration_period=3, smoothing_time_constant=1)
 
 
 @dataclass(frozen=True)
@@ -148,10 +148,19 @@ class Credentials:
 
     def absolute(self) -> Credentials:
         """Envoy resolves relative paths against its working directory; pin them now."""
-        return Credentials(*(None if p is None else Path(p).resolve() for p in (
-            self.listener_cert, self.listener_key, self.upstream_ca,
-            self.front_proxy_cert, self.front_proxy_key, self.secret_file,
-        )))
+        return Credentials(
+            *(
+                None if p is None else Path(p).resolve()
+                for p in (
+                    self.listener_cert,
+                    self.listener_key,
+                    self.upstream_ca,
+                    self.front_proxy_cert,
+                    self.front_proxy_key,
+                    self.secret_file,
+                )
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -327,9 +336,7 @@ def load_assignment(config: LBConfig) -> dict[str, Any]:
         groups.setdefault(upstream.zone, []).append(upstream)
     endpoints = []
     for zone, members in groups.items():
-        group: dict[str, Any] = {
-            "lb_endpoints": [{"endpoint": {"address": _address(u.host, u.port)}} for u in members]
-        }
+        group: dict[str, Any] = {"lb_endpoints": [{"endpoint": {"address": _address(u.host, u.port)}} for u in members]}
         if zone is not None:
             group["locality"] = {"zone": zone}
         endpoints.append(group)

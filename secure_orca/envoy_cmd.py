@@ -35,8 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--listen", default="127.0.0.1:8443", metavar="HOST:PORT", help="client listener (default 127.0.0.1:8443)")
     a("--admin-port", type=int, default=9901, help="admin port on 127.0.0.1 (default 9901)")
     a("--server-name", default="localhost", help="SNI and SAN required of the replicas (default localhost)")
-    a("--timing", choices=("production", "test"), default="production",
-      help="production: Envoy's default periods (blackout 10s, update 1s, expiry 180s); test: short ones")
+    a(
+        "--timing",
+        choices=("production", "test"),
+        default="production",
+        help="production: Envoy's default periods (blackout 10s, update 1s, expiry 180s); test: short ones",
+    )
     a("--certs-dir", type=Path, default=Path("certs"), help="development PKI for the defaults below")
     a("--tls-cert-file", type=Path, help="the listener's serving certificate (default: dev server cert)")
     a("--tls-private-key-file", type=Path, help="its key")
@@ -69,8 +73,11 @@ def _credentials(args: argparse.Namespace) -> envoy.Credentials:
         front_proxy_key=args.front_proxy_key_file or dev.front_proxy_key,
         secret_file=args.secret_file or dev.secret_file,
     )
-    needed = {"--tls-cert-file": chosen.listener_cert, "--tls-private-key-file": chosen.listener_key,
-              "--upstream-ca-file": chosen.upstream_ca}
+    needed = {
+        "--tls-cert-file": chosen.listener_cert,
+        "--tls-private-key-file": chosen.listener_key,
+        "--upstream-ca-file": chosen.upstream_ca,
+    }
     if "front-proxy" in args.option:
         needed |= {"--front-proxy-cert-file": chosen.front_proxy_cert, "--front-proxy-key-file": chosen.front_proxy_key}
     if "shared-secret" in args.option:
@@ -110,8 +117,10 @@ def build(args: argparse.Namespace) -> envoy.LBConfig:
     except envoy.ConfigError as error:
         raise UsageError(str(error)) from None
     if "shared-secret" in config.modes and not args.secret_inline and args.output is None:
-        raise UsageError("--output: the shared-secret option writes an SDS file next to the bootstrap; "
-                         "give --output FILE (or --secret-inline)")
+        raise UsageError(
+            "--output: the shared-secret option writes an SDS file next to the bootstrap; "
+            "give --output FILE (or --secret-inline)"
+        )
     return config
 
 

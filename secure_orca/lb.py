@@ -109,9 +109,7 @@ class Envoy:
         """Counters and gauges whose name matches the regular expression ``pattern``."""
         response = self.admin("/stats", format="json", filter=pattern)
         return {
-            s["name"]: _stat_value(s["value"])
-            for s in response.json().get("stats", [])
-            if "name" in s and "value" in s
+            s["name"]: _stat_value(s["value"]) for s in response.json().get("stats", []) if "name" in s and "value" in s
         }
 
     def close(self) -> None:
@@ -166,8 +164,16 @@ def run_envoy(config: config_gen.LBConfig, timeout: float = 30.0, log_level: str
         config_gen.write(config, config_path)
         admin_path = workdir / "admin-address"
         argv = [
-            binary, "-c", str(config_path), "--concurrency", "1", "-l", log_level,
-            "--disable-hot-restart", "--admin-address-path", str(admin_path),
+            binary,
+            "-c",
+            str(config_path),
+            "--concurrency",
+            "1",
+            "-l",
+            log_level,
+            "--disable-hot-restart",
+            "--admin-address-path",
+            str(admin_path),
         ]
         process = launch.start_process("envoy", argv)
         stack.callback(process.stop)
@@ -183,13 +189,18 @@ def run_envoy(config: config_gen.LBConfig, timeout: float = 30.0, log_level: str
 def replica_flags(dev: pki.DevPKI, option: str, *extra: str) -> list[str]:
     """``serve`` flags (with ``launch.serve_argv``) that grant reports to exactly the LB of ``option``."""
     flags = [
-        "--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
-        "--endpoint-load-metrics-auth", option,
+        "--feature-gates",
+        "RequestCostAggregation=true",
+        "--enable-endpoint-load-metrics",
+        "--endpoint-load-metrics-auth",
+        option,
     ]
     if "front-proxy" in option:
         flags += [
-            "--requestheader-client-ca-file", str(dev.cert("front_proxy_ca")),
-            "--requestheader-allowed-names", pki.FRONT_PROXY_CN,
+            "--requestheader-client-ca-file",
+            str(dev.cert("front_proxy_ca")),
+            "--requestheader-allowed-names",
+            pki.FRONT_PROXY_CN,
         ]
     if "shared-secret" in option:
         flags += ["--endpoint-load-metrics-secret-file", str(dev.secret)]
@@ -222,4 +233,3 @@ def deployment(
         config = config_gen.dev_config(dev, upstreams, **settings)
         with run_envoy(config) as proxy:
             yield Deployment(proxy, started)
-

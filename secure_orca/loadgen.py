@@ -83,6 +83,7 @@ class LoadResult:
     failed: int
     p50_ms: float
     p99_ms: float
+    server_cpu_us: float = float("nan")  # server CPU per request, where the caller measured it
 
 
 def h2load_path() -> str:

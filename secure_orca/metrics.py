@@ -43,6 +43,7 @@ class _SamplerCollector(Collector):
             ("secure_orca_sampler_ticks", s.ticks, "Load samples published."),
             ("secure_orca_sampler_errors", s.errors, "Load samples that failed (the last report stayed)."),
             ("secure_orca_sampler_encodes", s.encodes, "Load reports serialized (by the sampler only)."),
+            ("secure_orca_sampler_cpu_seconds", s.cpu_seconds, "CPU seconds the sampler's ticks used."),
             ("secure_orca_front_proxy_verifications", self.verifications(), "Client chains verified."),
         ):
             yield CounterMetricFamily(name, doc, value=value)

@@ -15,7 +15,7 @@ from typing import Any
 
 from cryptography import x509
 
-from .authz import NO_CERTIFICATE, Decision, FrontProxyResult, FrontProxyVerifier, Policy
+from .authz import NO_CERTIFICATE, Decision, FrontProxyResult, FrontProxyVerifier, Policy, decision
 from .optin import HEADER_BYTES as OPTIN
 from .report import ORCA_HEADERS
 from .sampler import Sampler
@@ -27,8 +27,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _ORCA = frozenset(name.encode() for name in ORCA_HEADERS)
-FEATURE_OFF = Decision(False, "feature-off")
-NO_OPT_IN = Decision(False, "no-opt-in")
+FEATURE_OFF = decision(False, "feature-off")
+NO_OPT_IN = decision(False, "no-opt-in")
 _CACHE_SIZE = 4096
 CONNECTION_KEY = "secure_orca.connection"  # scope["extensions"] key of the per-connection ConnectionMemo
 ATTACH_MODES = ("every-response", "once-per-sample")
@@ -143,28 +143,33 @@ class LoadReportMiddleware:
         optin_values = [value for name, value in headers if name.lower() == OPTIN]
         if optin_values:
             scope = dict(scope, headers=[h for h in headers if h[0].lower() != OPTIN])
-        decision = NO_OPT_IN
+        granted = NO_OPT_IN
         if optin_values:
-            decision = self.decide(scope, optin_values)
+            granted = self.decide(scope, optin_values)
             if self.on_decision is not None:
-                self.on_decision(decision)
+                self.on_decision(granted)
         counters = self.sampler.counters
         counters.in_flight += 1
 
         async def send_filtered(message: Message) -> None:
             kind = message["type"]
             if kind == "http.response.start" or kind == "http.response.trailers":
-                kept, removed = strip_orca(list(message.get("headers", ())))
-                if removed and self.on_stripped is not None:
-                    self.on_stripped(removed)
+                headers = message.get("headers", ())
+                attach = None
                 if kind == "http.response.start":
                     status = message["status"]
                     if status == 429 or status >= 500:
                         counters.errors += 1
                     header = self.sampler.header
-                    if decision.attach and header is not None and self._fresh(scope, header):
-                        kept.append(header)
-                message = dict(message, headers=kept)
+                    if granted.attach and header is not None and self._fresh(scope, header):
+                        attach = header
+                if attach is not None or any(name.lower() in _ORCA for name, _ in headers):
+                    kept, removed = strip_orca(list(headers))
+                    if removed and self.on_stripped is not None:
+                        self.on_stripped(removed)
+                    if attach is not None:
+                        kept.append(attach)
+                    message = dict(message, headers=kept)
             await send(message)
 
         try:

@@ -14,10 +14,10 @@ import asyncio
 import errno
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from . import demo, pki
 from .authz import DEFAULT_MODES, MODES, FrontProxyVerifier, Policy, SecretSet, shares_ca
@@ -269,6 +269,59 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     )
 
 
+@dataclass
+class Server:
+    """Everything ``serve`` runs, assembled from a ServeConfig (also used in process by the benchmarks)."""
+
+    config: ServeConfig
+    sampler: Sampler
+    app: LoadReportMiddleware
+    proxy: ProxyApp | None
+    options: ServerOptions
+    reloader: Reloader
+    metrics: Metrics | None
+
+    @classmethod
+    def assemble(cls, config: ServeConfig, verbose: bool = False) -> Server:
+        sampler = Sampler(config.interval, decimals=config.decimals)
+        holder: list[LoadReportMiddleware] = []
+        metrics = Metrics(sampler, lambda: verifications(holder[0])) if config.metrics_address else None
+        app, proxy = build_app(config, sampler, metrics)
+        holder.append(app)
+        files = config.files
+        trust = [p for p in (files.client_ca, files.requestheader_ca) if p]
+        context = make_server_context(files.cert, files.key, trust)
+        reloader = Reloader(files, context, app, config.policy.modes, metrics.on_reload if metrics else None)
+        options = ServerOptions(
+            host=config.host,
+            port=config.port,
+            context=context,
+            max_requests_per_connection=config.max_requests,
+            goaway_chance=config.goaway_chance,
+            access_log=verbose,
+        )
+        return cls(config, sampler, app, proxy, options, reloader, metrics)
+
+    async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
+        """Serve until ``shutdown_trigger`` returns; the sampler and the reloader run on this loop."""
+        if self.config.enabled:
+            self.sampler.start()
+        reloading = asyncio.create_task(self.reloader.run(self.config.reload_interval))
+        try:
+            await serve(self.app, self.options, shutdown_trigger)
+        finally:
+            reloading.cancel()
+            self.sampler.stop()
+            if self.proxy is not None:
+                await self.proxy.aclose()
+
+
+def verifications(app: LoadReportMiddleware) -> int:
+    """Client chains verified so far by the trust in force."""
+    chains = app.authority.chains
+    return chains.verifier.verifications if chains else 0
+
+
 def build_app(
     config: ServeConfig, sampler: Sampler, metrics: Metrics | None = None
 ) -> tuple[LoadReportMiddleware, ProxyApp | None]:
@@ -295,30 +348,15 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     for note in config.notes:
         (log.warning if note.startswith("WARNING") else log.info)(note.removeprefix("WARNING: "))
-    sampler = Sampler(config.interval, decimals=config.decimals)
-    metrics = None
-    if config.metrics_address:
-        metrics = Metrics(sampler, lambda: _verifications(app))
-    app, proxy = build_app(config, sampler, metrics)
-    files = config.files
-    context = make_server_context(files.cert, files.key, [p for p in (files.client_ca, files.requestheader_ca) if p])
-    reloader = Reloader(files, context, app, config.policy.modes, metrics.on_reload if metrics else None)
-    options = ServerOptions(
-        host=config.host,
-        port=config.port,
-        context=context,
-        max_requests_per_connection=config.max_requests,
-        goaway_chance=config.goaway_chance,
-        access_log=args.verbose,
-    )
+    server = Server.assemble(config, verbose=args.verbose)
     log.info(
         "load metrics %s; modes: %s",
         "on" if config.enabled else "off",
         ",".join(sorted(config.policy.modes)) or "none",
     )
-    if metrics is not None:
+    if server.metrics is not None:
         try:
-            port = metrics.serve(config.metrics_address)
+            port = server.metrics.serve(config.metrics_address)
         except OSError as error:
             raise UsageError(
                 f"--metrics-bind-address: cannot listen on {config.metrics_address}: {error.strerror}"
@@ -330,16 +368,7 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        if config.enabled:
-            sampler.start()
-        reloading = asyncio.create_task(reloader.run(config.reload_interval))
-        try:
-            await serve(app, options, stop.wait)
-        finally:
-            reloading.cancel()
-            sampler.stop()
-            if proxy is not None:
-                await proxy.aclose()
+        await server.run(stop.wait)
 
     try:
         asyncio.run(main())
@@ -351,8 +380,3 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot serve on {config.host}:{config.port}: {error.strerror}") from None
     log.info("stopped")
     return 0
-
-
-def _verifications(app: LoadReportMiddleware) -> int:
-    chains = app.authority.chains
-    return chains.verifier.verifications if chains else 0

@@ -195,14 +195,18 @@ def test_cswrr_is_the_default_with_explicit_penalty_and_periods(dev_pki: pki.Dev
     typed = policy["typed_config"]
     assert typed["error_utilization_penalty"] == 1.0
     assert (typed["blackout_period"], typed["weight_update_period"], typed["weight_expiration_period"]) == (
-        "10s", "1s", "180s",
+        "10s",
+        "1s",
+        "180s",
     )
 
 
 def test_test_timing_is_short(dev_pki: pki.DevPKI) -> None:
     typed = lb_policy(envoy.build_bootstrap(config(dev_pki, timing=envoy.TEST_TIMING)))["typed_config"]
     assert (typed["blackout_period"], typed["weight_update_period"], typed["weight_expiration_period"]) == (
-        "1s", "0.1s", "3s",
+        "1s",
+        "0.1s",
+        "3s",
     )
 
 
@@ -288,7 +292,11 @@ def test_envoy_validates(
 ) -> None:
     out = tmp_path / "envoy.yaml"
     cfg = envoy.dev_config(
-        dev_pki, ZONED if zoned else UPSTREAMS, option=option, policy=policy, secret_delivery=delivery,
+        dev_pki,
+        ZONED if zoned else UPSTREAMS,
+        option=option,
+        policy=policy,
+        secret_delivery=delivery,
         timing=envoy.TEST_TIMING,
     )
     envoy.write(cfg, out)
@@ -322,8 +330,18 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 def test_cli_writes_and_validates(dev_pki: pki.DevPKI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "lb.yaml"
     code, stdout, _ = run_cli(
-        capsys, "--certs-dir", str(dev_pki.root), "--upstream", "127.0.0.1:7001@a", "--upstream", "[::1]:7002@b",
-        "--timing", "test", "-o", str(out), "--validate",
+        capsys,
+        "--certs-dir",
+        str(dev_pki.root),
+        "--upstream",
+        "127.0.0.1:7001@a",
+        "--upstream",
+        "[::1]:7002@b",
+        "--timing",
+        "test",
+        "-o",
+        str(out),
+        "--validate",
     )
     assert code == 0
     assert "validate OK" in stdout and (tmp_path / "lb-secret-sds.yaml").exists()
@@ -332,8 +350,15 @@ def test_cli_writes_and_validates(dev_pki: pki.DevPKI, tmp_path: Path, capsys: p
 
 def test_cli_prints_to_stdout_without_secret(dev_pki: pki.DevPKI, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
-        capsys, "--certs-dir", str(dev_pki.root), "--upstream", "127.0.0.1:7001", "--option", "front-proxy",
-        "--policy", "round-robin",
+        capsys,
+        "--certs-dir",
+        str(dev_pki.root),
+        "--upstream",
+        "127.0.0.1:7001",
+        "--option",
+        "front-proxy",
+        "--policy",
+        "round-robin",
     )
     assert code == 0 and "envoy.load_balancing_policies.round_robin" in out and "front-proxy-client.crt" in out
 

@@ -93,8 +93,13 @@ def h2load(
             statuses[int(status)] = statuses.get(int(status), 0) + 1
             latencies.append(int(micros) / 1000)
     out = done.stdout + done.stderr
-    return Load(_summary_number(out, "total"), _summary_number(out, "succeeded"), _summary_number(out, "failed"),
-                statuses, latencies)
+    return Load(
+        _summary_number(out, "total"),
+        _summary_number(out, "succeeded"),
+        _summary_number(out, "failed"),
+        statuses,
+        latencies,
+    )
 
 
 @contextmanager
@@ -158,8 +163,9 @@ def test_no_5xx_while_upstream_connections_rotate(
     """Runs longer than the replicas' requests per connection: Envoy rotates its upstream connections first
     (gracefully), so no replica ever drops streams, and the retry policy covers refused streams. The 50/40
     case rotates ~60 times per replica in this run, cheaply; the first crosses the real default 1000 twice."""
-    argvs = replicas_for(dev_pki, "front-proxy,shared-secret", replicas,
-                         "--max-requests-per-connection", str(replica_limit))
+    argvs = replicas_for(
+        dev_pki, "front-proxy,shared-secret", replicas, "--max-requests-per-connection", str(replica_limit)
+    )
     with lb.deployment(dev_pki, argvs, timing=envoy.TEST_TIMING, upstream_max_requests=envoy_limit) as deployed:
         load = h2load(f"{deployed.envoy.url}/healthz", requests=requests, clients=4, streams=10)
         stats = rotation_stats(deployed.envoy)
@@ -242,8 +248,7 @@ def wait_for_weights(proxy: lb.Envoy, seconds: float = 8.0) -> list[float]:
 def test_weights_follow_reports_and_loaded_replica_gets_less(dev_pki: pki.DevPKI) -> None:
     """Two replicas, one with heavy direct CPU load: Envoy's weights follow rps_fractional / cpu_utilization
     of the replicas' own reports, and the loaded replica's share falls below round robin's 1/2."""
-    with lb.deployment(dev_pki, replicas_for(dev_pki, "front-proxy,shared-secret", 2),
-                       timing=envoy.TEST_TIMING) as d:
+    with lb.deployment(dev_pki, replicas_for(dev_pki, "front-proxy,shared-secret", 2), timing=envoy.TEST_TIMING) as d:
         hot, cold = d.replicas
         with hot_load(hot, seconds=20):
             lb_traffic(d.envoy, seconds=3)  # blackout period and first weights
@@ -252,8 +257,10 @@ def test_weights_follow_reports_and_loaded_replica_gets_less(dev_pki: pki.DevPKI
             shares = shares_of(d.envoy, before)
             expected = {r.port: _expected_weight(direct_report(dev_pki, r)) for r in (hot, cold)}
             weights = {h.port: h.weight for h in d.envoy.clusters()}
-    print(f"\nshare to loaded replica {shares[hot.port]:.3f} (round robin 0.5); envoy weights {weights}; "
-          f"rps/utilization from reports {expected}")
+    print(
+        f"\nshare to loaded replica {shares[hot.port]:.3f} (round robin 0.5); envoy weights {weights}; "
+        f"rps/utilization from reports {expected}"
+    )
     assert shares[hot.port] < 0.4
     assert weights[hot.port] < weights[cold.port]
     envoy_ratio = weights[hot.port] / weights[cold.port]
@@ -329,8 +336,9 @@ def test_hot_node_round_robin_versus_weighted(dev_pki: pki.DevPKI) -> None:
         upstreams = [envoy.Upstream(r.host, r.port) for r in started]
         with hot_load(hot, seconds=45):
             for policy in ("round-robin", "cswrr"):
-                config = envoy.dev_config(dev_pki, upstreams, policy=policy, timing=envoy.TEST_TIMING,
-                                          listen_port=0, admin_port=0)
+                config = envoy.dev_config(
+                    dev_pki, upstreams, policy=policy, timing=envoy.TEST_TIMING, listen_port=0, admin_port=0
+                )
                 with lb.run_envoy(config) as proxy:
                     lb_traffic(proxy, seconds=3)
                     before = rq_totals(proxy)
@@ -338,8 +346,10 @@ def test_hot_node_round_robin_versus_weighted(dev_pki: pki.DevPKI) -> None:
                     rows[policy] = (shares_of(proxy, before)[hot.port], load)
     print("\n| policy | share to hot replica | requests | p50 ms | p99 ms |\n|---|---|---|---|---|")
     for policy, (share, load) in rows.items():
-        print(f"| {policy} | {share:.3f} | {len(load.latencies_ms)} | {statistics.median(load.latencies_ms):.1f} "
-              f"| {load.percentile(0.99):.1f} |")
+        print(
+            f"| {policy} | {share:.3f} | {len(load.latencies_ms)} | {statistics.median(load.latencies_ms):.1f} "
+            f"| {load.percentile(0.99):.1f} |"
+        )
     rr_share, weighted_share = rows["round-robin"][0], rows["cswrr"][0]
     assert 0.25 <= rr_share <= 0.42
     assert weighted_share < rr_share - 0.08

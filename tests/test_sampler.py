@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -135,15 +136,22 @@ def test_tick_publishes_a_preserialized_header_and_survives_failures(tmp_path: P
     assert (sampler.ticks, sampler.errors, sampler.header) == (2, 1, header)
 
 
-def test_background_thread_ticks_and_stops() -> None:
-    sampler = Sampler(interval=0.01)
-    sampler.start()
-    try:
+def test_ticks_on_the_event_loop_and_accounts_its_cpu() -> None:
+    async def main() -> Sampler:
+        sampler = Sampler(interval=0.01)
+        sampler.start()
         for _ in range(500):
-            if sampler.ticks >= 3:
+            if sampler.ticks >= 4:
                 break
-            os.sched_yield()
-            __import__("time").sleep(0.01)
-    finally:
+            await asyncio.sleep(0.01)
         sampler.stop()
-    assert sampler.ticks >= 3 and sampler.errors == 0
+        return sampler
+
+    sampler = asyncio.run(main())
+    assert sampler.ticks >= 4 and sampler.errors == 0 and sampler.encodes == sampler.ticks
+    assert 0 < sampler.cpu_seconds < 5
+
+
+def test_start_needs_a_running_loop() -> None:
+    with pytest.raises(RuntimeError):
+        Sampler(interval=0.01).start()
