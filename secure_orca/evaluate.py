@@ -160,18 +160,24 @@ def request_cost(
             "load": load.label, "rounds": settings.rounds}  # fmt: skip
 
 
+HANDSHAKE_BATCH = 25  # connections opened at once: below hypercorn's listen backlog, so none waits on a SYN retry
+
+
 def handshake_cost(replica: launch.Replica, dev: pki.DevPKI, settings: Settings, workdir: Path) -> dict[str, Any]:
-    """New connections/s (one request each) presenting the front-proxy certificate, against none."""
-    n = settings.handshakes
-    load = loadgen.Load(clients=n, streams=1, requests=n)
+    """New connections/s (one request each) presenting the front-proxy certificate, against none: batches of
+    HANDSHAKE_BATCH new connections, alternating, summed per round."""
+    load = loadgen.Load(clients=HANDSHAKE_BATCH, streams=1, requests=HANDSHAKE_BATCH)
     with_cert = loadgen.Identity("lb", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
     without = loadgen.Identity("none", optin="TEXT")
+    batches = max(1, settings.handshakes // HANDSHAKE_BATCH)
     ratios = []
-    for index in range(settings.rounds):
-        order = [with_cert, without] if index % 2 == 0 else [without, with_cert]
-        rate = {i.name: loadgen.run_h2load(replica.url + "/healthz", load, i, workdir).rps for i in order}
-        ratios.append(rate["lb"] / rate["none"])
-    return {"connections_per_s_ratio": ratio_spread(ratios), "connections": n}
+    for _ in range(settings.rounds):
+        seconds = {"lb": 0.0, "none": 0.0}
+        for batch in range(batches):
+            for identity in (with_cert, without) if batch % 2 == 0 else (without, with_cert):
+                seconds[identity.name] += loadgen.run_h2load(replica.url + "/healthz", load, identity, workdir).elapsed
+        ratios.append(seconds["none"] / seconds["lb"])  # connections/s with ÷ without
+    return {"connections_per_s_ratio": ratio_spread(ratios), "connections": batches * HANDSHAKE_BATCH * 2}
 
 
 def response_hpack(replica: launch.Replica, dev: pki.DevPKI, settings: Settings) -> dict[str, Any]:
@@ -259,6 +265,9 @@ def evaluate(output: Path, quick: bool, use_envoy: bool) -> dict[str, Any]:
             cell["request_cost"] = request_cost(reps["off"], reps[option], lb_identity(dev, option), settings, root)
             value = lb_identity(dev, option).optin
             cell["hpack_request_bytes"] = request_hpack(value)
+        log("A/A control: the feature-off replica against itself (the noise floor of the cost ratios)")
+        none = loadgen.Identity("lb", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
+        results["control"] = request_cost(reps["off"], reps["off"], none, settings, root)
         log("TLS handshake cost of the front-proxy certificate")
         handshake = handshake_cost(reps["front-proxy"], dev, settings, root)
         log("HPACK bytes of the report on real connections")
@@ -292,11 +301,13 @@ def _median(cell: dict[str, Any], *keys: str) -> float | None:
     return value.get("median") if isinstance(value, dict) else value
 
 
-def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
-    def fmt(value: Any, suffix: str = "") -> str:
-        return "n/a" if value is None else f"{value}{suffix}"
+def fmt(value: Any) -> str:
+    return "n/a" if value is None else f"{value}"
 
-    rows = []
+
+def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
+    control = results["control"]
+    rows = [["0. feature off, A/A control", "-", "-", *(fmt(control[k]["median"]) for k in COST_KEYS), *["-"] * 4]]
     for option in OPTIONS:
         cell = results["options"][option]
         bypass, via = cell["bypass"], cell["through_lb"]
@@ -304,9 +315,7 @@ def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
             cell["title"],
             f"{bypass['verdict']} ({bypass['leaks']}/{bypass['vectors']} vectors leak)",
             via["verdict"] if "leaks" not in via else f"{via['verdict']} ({via['leaks']}/{via['vectors']})",
-            fmt(_median(cell, "request_cost", "throughput_ratio")),
-            fmt(_median(cell, "request_cost", "p50_ratio")),
-            fmt(_median(cell, "request_cost", "p99_ratio")),
+            *(fmt(_median(cell, "request_cost", k)) for k in COST_KEYS),
             fmt(_median(cell, "handshake", "connections_per_s_ratio")),
             fmt(cell["hpack_response"]["marginal_bytes_per_response"]),
             fmt(cell["hpack_request_bytes"]),
@@ -315,6 +324,7 @@ def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+COST_KEYS = ("throughput_ratio", "p50_ratio", "p99_ratio")
 HEADER = ["option", "bypass client", "through the LB", "req/s ratio", "p50 ratio", "p99 ratio",
           "new conn/s ratio", "HPACK B/resp", "HPACK B/req", "secret timing p"]  # fmt: skip
 
@@ -343,16 +353,19 @@ def recommend(results: dict[str, Any]) -> list[str]:
             f"p99 x{_median(opts[o], 'request_cost', 'p99_ratio')}"
             for o in safe
         )
-        quiet = all(
-            (_median(opts[o], "request_cost", "throughput_ratio") or 0) >= 0.95
-            and (_median(opts[o], "request_cost", "p99_ratio") or 99) <= 1.10
+        control = results["control"]
+        spread = [control[k][edge] for k in ("throughput_ratio", "p99_ratio") for edge in ("min", "max")]
+        within = all(
+            control["throughput_ratio"]["min"] <= (_median(opts[o], "request_cost", "throughput_ratio") or 0)
+            and (_median(opts[o], "request_cost", "p99_ratio") or 99) <= control["p99_ratio"]["max"]
             for o in safe
         )
         verdict = (
-            "within this machine's noise"
-            if quiet
-            else "outside the 0.95 / 1.10 band here: rerun on a quiet machine before reading them as a cost, and "
-            "see docs/performance.md for the interleaved benchmark"
+            f"within the A/A control's range (feature off against itself: {min(spread)} to {max(spread)}), so this "
+            "run shows no cost it can resolve"
+            if within
+            else f"outside the A/A control's range ({min(spread)} to {max(spread)}): a cost, or noise this run did "
+            "not catch; docs/performance.md has the longer interleaved benchmark"
         )
         out.append(f"Options {' and '.join(TITLES[o].split('.')[0] for o in safe)} leaked nothing to the bypass "
                    f"client. Against the feature off, per request ({costs}), the ratios are {verdict}.")  # fmt: skip
@@ -392,7 +405,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "## Matrix\n",
         table(HEADER, matrix_rows(results)),
         "\nRatios are feature-on / feature-off from the same run (median of rounds; min and max in "
-        "evaluation.json). Exposure verdicts are `secure-orca probe`'s: `leak`, `no-leak` (with a positive "
+        "evaluation.json). Row 0 measures the feature-off replica against itself in the same way: ratios "
+        "that differ from 1 by no more than row 0 does are noise, not cost. Exposure verdicts are `secure-orca probe`'s: `leak`, `no-leak` (with a positive "
         "control that did get a report), `inconclusive`.\n",
         "## Operational burden\n",
         table(["option", *BURDEN["header-only"].keys()], burden_rows),

@@ -44,6 +44,7 @@ def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
         assert cell["hpack_response"]["marginal_bytes_per_response"] > 0
         assert cell["title"] in markdown
     assert results["options"]["shared-secret"]["bypass"]["timing_p_value"] is not None
+    assert results["control"]["throughput_ratio"]["median"] > 0 and "A/A control" in markdown
     assert results["options"]["front-proxy"]["handshake"]["connections_per_s_ratio"]["median"] > 0
     assert len(results["recommendation"]) >= 4
     secret_line = next(line for line in results["recommendation"] if "secret travels" in line)
