@@ -406,8 +406,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         table(HEADER, matrix_rows(results)),
         "\nRatios are feature-on / feature-off from the same run (median of rounds; min and max in "
         "evaluation.json). Row 0 measures the feature-off replica against itself in the same way: ratios "
-        "that differ from 1 by no more than row 0 does are noise, not cost. Exposure verdicts are `secure-orca probe`'s: `leak`, `no-leak` (with a positive "
-        "control that did get a report), `inconclusive`.\n",
+        "that differ from 1 by no more than row 0 does are noise, not cost. Exposure verdicts are "
+        "`secure-orca probe`'s: `leak`, `no-leak` (with a positive control that did get a report), "
+        "`inconclusive`.\n",
         "## Operational burden\n",
         table(["option", *BURDEN["header-only"].keys()], burden_rows),
         "\n## Recommendation\n",
