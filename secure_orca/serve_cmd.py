@@ -284,10 +284,11 @@ class Server:
     @classmethod
     def assemble(cls, config: ServeConfig, verbose: bool = False) -> Server:
         sampler = Sampler(config.interval, decimals=config.decimals)
-        holder: list[LoadReportMiddleware] = []
-        metrics = Metrics(sampler, lambda: verifications(holder[0])) if config.metrics_address else None
-        app, proxy = build_app(config, sampler, metrics)
-        holder.append(app)
+        app, proxy = build_app(config, sampler)
+        metrics = None
+        if config.metrics_address:
+            metrics = Metrics(sampler, lambda: verifications(app))
+            app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
         files = config.files
         trust = [p for p in (files.client_ca, files.requestheader_ca) if p]
         context = make_server_context(files.cert, files.key, trust)
@@ -322,9 +323,7 @@ def verifications(app: LoadReportMiddleware) -> int:
     return chains.verifier.verifications if chains else 0
 
 
-def build_app(
-    config: ServeConfig, sampler: Sampler, metrics: Metrics | None = None
-) -> tuple[LoadReportMiddleware, ProxyApp | None]:
+def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddleware, ProxyApp | None]:
     """The middleware around the demo backend (or the proxy in front of it)."""
     inner: ASGIApp = demo.app
     proxy = None
@@ -336,8 +335,6 @@ def build_app(
         enabled=config.enabled,
         authority=Authority.build(config.policy, config.verifier),
         sampler=sampler,
-        on_decision=metrics.on_decision if metrics else None,
-        on_stripped=metrics.on_stripped if metrics else None,
         attach=config.attach,
     )
     return middleware, proxy
