@@ -21,7 +21,8 @@ from typing import TextIO
 
 from .cli import UsageError
 from .credentials import CredentialError, load_cert_bundle, parse_secrets, read_file
-from .probe import DEFAULT_PATH, TIMING_ALPHA, ProbeConfig, ProbeError, ProbeResult, VectorResult, probe
+from .probe import TIMING_ALPHA, ProbeConfig, ProbeError, ProbeResult, VectorResult, probe
+from .probe_vectors import DEFAULT_PATH
 
 HELP = "audit an HTTPS endpoint for load-metrics leaks to clients that bypass the load balancer"
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from secure_orca import cli, launch, pki, probe
-from secure_orca.probe import Exchange, ProbeConfig
+from secure_orca import cli, launch, pki, probe, probe_stats, probe_transport, probe_vectors
+from secure_orca.probe import ProbeConfig
+from secure_orca.probe_transport import Exchange
 
 from .conftest import fp_flags
 
@@ -22,16 +23,16 @@ SECRET = "s3cr3t-" + "x" * 36
 # --- pure -------------------------------------------------------------------------------------------------
 
 
-def _vectors(**kwargs: object) -> list[probe.Vector]:
-    identities = [probe.NO_CERT, *probe.mint_identities("front-proxy-client")]
-    return probe.build_vectors(("/version", "/proxied/x"), identities, seed=1, **kwargs)  # type: ignore[arg-type]
+def _vectors(**kwargs: object) -> list[probe_vectors.Vector]:
+    identities = [probe_vectors.NO_CERT, *probe_vectors.mint_identities("front-proxy-client")]
+    return probe_vectors.build_vectors(("/version", "/proxied/x"), identities, seed=1, **kwargs)  # type: ignore[arg-type]
 
 
 def test_vectors_cover_every_protocol_identity_and_path() -> None:
     vectors = _vectors()
     names = [v.name for v in vectors]
     assert len(names) == len(set(names))
-    assert {v.protocol for v in vectors} == set(probe.PROTOCOLS)
+    assert {v.protocol for v in vectors} == set(probe_vectors.PROTOCOLS)
     assert {v.identity for v in vectors} == {"none", "self-signed", "wrong-ca", "expired", "wrong-eku"}
     assert {v.path for v in vectors} == {"/version", "/proxied/x"}
     assert {v.group for v in vectors} == {"identity", "header", "secret", "path", "cleartext"}
@@ -47,7 +48,7 @@ def test_vectors_never_show_or_send_the_real_secret() -> None:
     for v in vectors:
         assert SECRET not in repr(v) and SECRET not in json.dumps(v.to_json())
         assert "candidate-" not in repr(v) and "candidate-" not in json.dumps(v.to_json())
-        assert (probe.OPTIN, f"TEXT; secret={SECRET}".encode()) not in v.headers
+        assert (probe_vectors.OPTIN, f"TEXT; secret={SECRET}".encode()) not in v.headers
     secret_values = {value for v in vectors if v.group == "secret" for _, value in v.headers}
     assert f"TEXT; secret={SECRET[:-1]}".encode() in secret_values  # a near miss of the real secret
     assert b"TEXT; secret=candidate-" + b"g" * 30 in secret_values  # the given guess
@@ -59,17 +60,17 @@ def test_wrong_secret_has_the_real_length() -> None:
 
 
 def test_controls_use_the_lb_credentials() -> None:
-    lb = probe.Identity("lb", "lb", Path("lb.crt"), Path("lb.key"))
+    lb = probe_vectors.Identity("lb", "lb", Path("lb.crt"), Path("lb.key"))
     controls = probe.control_vectors("/version", lb, SECRET)
     assert [(c.identity, c.protocol) for c in controls] == [("lb", "h2"), ("none", "h2")]
-    assert controls[1].headers == ((probe.OPTIN, f"TEXT; secret={SECRET}".encode()),)
+    assert controls[1].headers == ((probe_vectors.OPTIN, f"TEXT; secret={SECRET}".encode()),)
     assert SECRET not in repr(controls) and "<redacted>" in controls[1].shown[0]
     assert probe.control_vectors("/version", None, None) == []
 
 
 @pytest.mark.parametrize("index", [0, -1, 5])
 def test_flip_changes_one_character_and_keeps_the_length(index: int) -> None:
-    flipped = probe._flip(SECRET, index, random.Random(0))
+    flipped = probe_vectors._flip(SECRET, index, random.Random(0))
     assert len(flipped) == len(SECRET)
     assert [i for i, (a, b) in enumerate(zip(flipped, SECRET, strict=True)) if a != b] == [index % len(SECRET)]
 
@@ -100,7 +101,7 @@ def test_find_orca_in_headers_and_trailers() -> None:
         (Exchange(error_kind="connect"), "h2c", False, "error"),
     ],
 )
-def test_classify(exchange: Exchange, protocol: probe.Protocol, with_cert: bool, expected: str) -> None:
+def test_classify(exchange: Exchange, protocol: probe_vectors.Protocol, with_cert: bool, expected: str) -> None:
     assert probe.classify(exchange, protocol, with_cert)[0] == expected
 
 
@@ -109,41 +110,41 @@ def test_http1_parser_reads_chunked_trailers() -> None:
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
         b"5\r\nhello\r\n0\r\nEndpoint-Load-Metrics: TEXT cpu_utilization=0.5\r\n\r\n"
     )
-    assert probe.http1_complete(raw)
-    got = probe.parse_http1_response(raw)
+    assert probe_transport.http1_complete(raw)
+    got = probe_transport.parse_http1_response(raw)
     assert got.status == 200 and got.trailers == [(b"endpoint-load-metrics", b"TEXT cpu_utilization=0.5")]
     assert probe.classify(got, "http/1.1")[0] == "leak"
-    assert not probe.http1_complete(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
-    assert probe.parse_http1_response(b"\x15\x03\x03\x00\x02\x02\x46").error_kind == "protocol"
-    assert probe.parse_http1_response(b"").error_kind == "closed"
+    assert not probe_transport.http1_complete(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
+    assert probe_transport.parse_http1_response(b"\x15\x03\x03\x00\x02\x02\x46").error_kind == "protocol"
+    assert probe_transport.parse_http1_response(b"").error_kind == "closed"
 
 
 def test_u_test_on_separated_samples_matches_the_normal_approximation() -> None:
     # U = 0, mean 12.5, variance 5*5*11/12; z = (12.5 - 0.5) / sqrt(22.9167) = 2.5067; p = 0.01219
-    result = probe.mann_whitney_u([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
+    result = probe_stats.mann_whitney_u([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
     assert result.u == 0
     assert result.z == pytest.approx(-2.5067, abs=1e-3)
     assert result.p_value == pytest.approx(0.01219, abs=1e-4)
-    swapped = probe.mann_whitney_u([6, 7, 8, 9, 10], [1, 2, 3, 4, 5])
+    swapped = probe_stats.mann_whitney_u([6, 7, 8, 9, 10], [1, 2, 3, 4, 5])
     assert swapped.u == 25 and swapped.p_value == pytest.approx(result.p_value)
 
 
 def test_u_test_with_ties_and_identical_samples() -> None:
-    assert probe.mann_whitney_u([3.0] * 10, [3.0] * 10).p_value == 1.0
-    same = probe.mann_whitney_u([1, 2, 2, 3, 4], [1, 2, 3, 3, 4])
+    assert probe_stats.mann_whitney_u([3.0] * 10, [3.0] * 10).p_value == 1.0
+    same = probe_stats.mann_whitney_u([1, 2, 2, 3, 4], [1, 2, 3, 3, 4])
     assert same.p_value > 0.5
     rng = random.Random(7)
     a = [rng.gauss(100, 5) for _ in range(300)]
     b = [rng.gauss(100, 5) for _ in range(300)]
-    assert probe.mann_whitney_u(a, b).p_value > 0.001
+    assert probe_stats.mann_whitney_u(a, b).p_value > 0.001
     shifted = [x + 3 for x in b]
-    assert probe.mann_whitney_u(a, shifted).p_value < 1e-6
+    assert probe_stats.mann_whitney_u(a, shifted).p_value < 1e-6
     with pytest.raises(ValueError):
-        probe.mann_whitney_u([], [1.0])
+        probe_stats.mann_whitney_u([], [1.0])
 
 
 def _result(outcome: probe.Outcome, group: str = "header") -> probe.VectorResult:
-    vector = probe.Vector(f"{group}:{outcome}", "d", "none", "h2", "/version", group=group)
+    vector = probe_vectors.Vector(f"{group}:{outcome}", "d", "none", "h2", "/version", group=group)
     return probe.VectorResult(vector, outcome, "kind: detail")
 
 
@@ -168,7 +169,7 @@ def test_verdicts() -> None:
 @pytest.mark.parametrize("url", ["http://127.0.0.1:1", "ftp://x", "https://", "https://127.0.0.1:99999"])
 def test_target_refuses_bad_urls(url: str) -> None:
     with pytest.raises(probe.ProbeError):
-        probe.Target.parse(url)
+        probe_transport.Target.parse(url)
 
 
 # --- against our own server -------------------------------------------------------------------------------
