@@ -144,6 +144,18 @@ def _table(headings: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _cost_cells(r: CellResult | WireResult) -> list[str]:
+    """The steady-state cost columns the model and wire tables share."""
+    return [
+        _num(r.orca_bytes, 2),
+        _num(r.eviction_cost, 2),
+        _num(r.literals_per_s),
+        _num(r.evictions_per_s),
+        _num(r.orca_evictions_per_s),
+        _num(r.bytes_per_s, 0),
+    ]
+
+
 def baseline_table(results: Sequence[CellResult]) -> str:
     """No mitigation: one row per interval, precision and rate."""
     rows = [
@@ -155,12 +167,7 @@ def baseline_table(results: Sequence[CellResult]) -> str:
             _num(r.entry_size),
             str(r.first_send),
             _num(r.marginal, 2),
-            _num(r.orca_bytes, 2),
-            _num(r.eviction_cost, 2),
-            _num(r.literals_per_s),
-            _num(r.evictions_per_s),
-            _num(r.orca_evictions_per_s),
-            _num(r.bytes_per_s, 0),
+            *_cost_cells(r),
         ]
         for r in results
         if r.mitigation == "none"
@@ -396,12 +403,7 @@ def wire_table(results: Sequence[WireResult]) -> str:
             _num(r.first_send),
             _num(r.marginal, 2),
             _num(r.ab_marginal, 2),
-            _num(r.orca_bytes, 2),
-            _num(r.eviction_cost, 2),
-            _num(r.literals_per_s),
-            _num(r.evictions_per_s),
-            _num(r.orca_evictions_per_s),
-            _num(r.bytes_per_s, 0),
+            *_cost_cells(r),
             _num(r.bin_marginal, 2),
         ]
         for r in results

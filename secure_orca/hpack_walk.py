@@ -405,6 +405,18 @@ class BlockCost:
         """Extra bytes of other fields because ORCA entries took room in the table (may be < 0 per block)."""
         return self.marginal - self.replay_orca_bytes
 
+    def rates(self, responses: int, seconds: float) -> dict[str, float]:
+        """Per-response and per-second figures of these blocks (the names the model and wire results share)."""
+        return {
+            "marginal": self.marginal / responses,
+            "orca_bytes": self.replay_orca_bytes / responses,
+            "eviction_cost": self.eviction_cost / responses,
+            "literals_per_s": self.orca_literals / seconds,
+            "evictions_per_s": self.evictions / seconds,
+            "orca_evictions_per_s": self.evictions_by_orca / seconds,
+            "bytes_per_s": self.marginal / seconds,
+        }
+
 
 @dataclass(frozen=True)
 class FieldStats:
