@@ -178,3 +178,14 @@ def test_metrics_expose_sampler_and_current_values(rig: Rig) -> None:
     assert ticks >= 1
     assert re.search(r'secure_orca_load_report_value\{metric="cpu_utilization"\}', metrics)
     assert "secure_orca_sampler_errors_total 0.0" in metrics
+
+
+def test_mismatched_serving_key_is_refused_and_the_old_pair_stays(rig: Rig) -> None:
+    live = pki.DevPKI(rig.root)
+    old_serial = _served_serial(rig)
+    replace(live.key("server"), pki.make_ca("unrelated").key_pem())  # a key that matches no certificate
+    eventually(lambda: "reload of --tls-cert-file refused" in rig.log(), "refusal logged")
+    assert _served_serial(rig) == old_serial
+    with rig.client() as http:
+        assert http.get(rig.replica.url + "/healthz").status_code == 200
+    assert re.search(r'flag="--tls-cert-file",result="failure"\} 1\.0', rig.metrics())
