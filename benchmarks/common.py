@@ -20,9 +20,14 @@ from typing import Any
 
 import httpx
 
-from secure_orca import launch, loadgen, pki, serve_cmd
-from secure_orca.loadgen import Identity, Load, LoadResult
-from secure_orca.report import HEADER as REPORT_HEADER
+from secure_orca import pki
+from secure_orca.cli import serve as serve_cli
+from secure_orca.lab import loadgen
+from secure_orca.lab import replicas as launch
+from secure_orca.lab.loadgen import Identity, Load, LoadResult
+from secure_orca.orca.headers import REPORT as REPORT_HEADER
+from secure_orca.server import assembly
+from secure_orca.server.config import build_config
 
 HOST = "127.0.0.1"
 PATH = "/healthz"  # the cheapest route of the demo backend: the feature's share of a request is largest here
@@ -165,7 +170,7 @@ BenchError = loadgen.LoadError
 
 
 def run_h2load(url: str, load: Load, identity: Identity, shim: Path, workdir: Path) -> LoadResult:
-    """h2load against the benchmark route of ``url`` (see secure_orca.loadgen)."""
+    """h2load against the benchmark route of ``url`` (see secure_orca.lab.loadgen)."""
     return loadgen.run_h2load(url + PATH, load, identity, workdir, shim)
 
 
@@ -176,7 +181,7 @@ def run_h2load(url: str, load: Load, identity: Identity, shim: Path, workdir: Pa
 class InProcessServer:
     """``secure-orca serve`` running in a thread of this process, assembled by the same code from the same flags."""
 
-    server: serve_cmd.Server
+    server: assembly.Server
     port: int
 
     @property
@@ -185,7 +190,7 @@ class InProcessServer:
 
     @property
     def verifications(self) -> int:
-        return serve_cmd.verifications(self.server.app)
+        return assembly.verifications(self.server.app)
 
     @property
     def requests(self) -> int:
@@ -195,7 +200,7 @@ class InProcessServer:
 def parse_serve_flags(argv: Sequence[str]) -> argparse.Namespace:
     """The flags of a ``launch.serve_argv`` command line (everything after ``serve``), parsed by ``serve``."""
     parser = argparse.ArgumentParser()
-    serve_cmd.add_arguments(parser)
+    serve_cli.add_arguments(parser)
     return parser.parse_args(list(argv)[list(argv).index("serve") + 1 :])
 
 
@@ -213,9 +218,9 @@ def wait_listening(port: int, timeout: float = 15.0) -> None:
 @contextmanager
 def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[InProcessServer]:
     """Serve in a background thread; ``profiler`` (e.g. cProfile.Profile) is enabled in that thread only."""
-    config = serve_cmd.build_config(parse_serve_flags(argv))
+    config = build_config(parse_serve_flags(argv))
     config.port = launch.free_port(HOST)
-    server = serve_cmd.Server.assemble(config)
+    server = assembly.Server.assemble(config)
     server.options.graceful_timeout = 2.0
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from secure_orca import launch
+from secure_orca.lab import replicas as launch
 
 from .common import (
     BenchError,

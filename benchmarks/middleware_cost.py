@@ -12,10 +12,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from secure_orca import demo, report, serve_cmd
-from secure_orca.optin import HEADER_BYTES as OPTIN
-from secure_orca.report import HEADER as REPORT_HEADER
-from secure_orca.sampler import Sampler
+from secure_orca.orca import report
+from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
+from secure_orca.orca.headers import REPORT as REPORT_HEADER
+from secure_orca.server import demo
+from secure_orca.server.assembly import build_app
+from secure_orca.server.config import ServeConfig, build_config
+from secure_orca.server.sampler import Sampler
 
 from .common import BenchError, BenchPKI, Identity, Spread, markdown_table, parse_serve_flags, rotated
 
@@ -112,10 +115,10 @@ def counting_encoders() -> Iterator[dict[str, int]]:
             setattr(report, name, original)
 
 
-def build_middleware(bench: BenchPKI, sampler: Sampler, enabled: bool) -> tuple[App, serve_cmd.ServeConfig]:
+def build_middleware(bench: BenchPKI, sampler: Sampler, enabled: bool) -> tuple[App, ServeConfig]:
     """The middleware exactly as ``serve`` builds it around the demo backend (no sockets)."""
-    config = serve_cmd.build_config(parse_serve_flags(bench.serve_argv(enabled=enabled)))
-    app, _proxy = serve_cmd.build_app(config, sampler)
+    config = build_config(parse_serve_flags(bench.serve_argv(enabled=enabled)))
+    app, _proxy = build_app(config, sampler)
     return app, config
 
 

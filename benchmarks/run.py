@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secure_orca.loadgen import build_shim, h2load_path
+from secure_orca.lab.loadgen import build_shim, h2load_path
 
 from . import connections, endtoend, middleware_cost, profile, sampler_cpu
 from .common import BenchPKI, Load, jsonable

@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any
 
-from secure_orca import launch
-from secure_orca.sampler import Sampler
+from secure_orca.lab import replicas as launch
+from secure_orca.server.sampler import Sampler
 
 from .common import CLOCK_TICK, BenchPKI, Spread, markdown_table, process_cpu
 

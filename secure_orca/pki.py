@@ -7,7 +7,6 @@ For development and tests only: keys are written unencrypted.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import ipaddress
 import os
@@ -19,8 +18,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-HELP = "write a development PKI (server, client CA, front-proxy CA) and a shared secret"
 
 Key = ec.EllipticCurvePrivateKey
 FRONT_PROXY_CN = "front-proxy-client"
@@ -196,19 +193,5 @@ def generate(root: Path, force: bool = False) -> DevPKI:
     return pki
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dir", type=Path, default=Path("certs"), help="output directory (default: certs)")
-    parser.add_argument("--force", action="store_true", help="replace an existing PKI in that directory")
 
 
-def run(args: argparse.Namespace) -> int:
-    from .cli import UsageError
-
-    try:
-        pki = generate(args.dir, force=args.force)
-    except (FileExistsError, OSError) as error:
-        raise UsageError(str(error)) from None
-    for path in pki.all_paths():
-        print(path)
-    print(f"front-proxy client certificate CN={FRONT_PROXY_CN}; keys and secret are mode 0600")
-    return 0

@@ -13,7 +13,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from secure_orca import launch, pki
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
 
 
 def load_issued(cert: Path, key: Path) -> pki.Issued:

@@ -8,7 +8,9 @@ import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID as EKU
 
 from secure_orca import pki
-from secure_orca.authz import NO_CERTIFICATE, FrontProxyVerifier, Policy, SecretSet
+from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyVerifier
+from secure_orca.authz.policy import Policy
+from secure_orca.authz.secrets import SecretSet
 
 NOW = dt.datetime.now(dt.UTC)
 FP_CA = pki.make_ca("front-proxy-ca")
@@ -21,6 +23,9 @@ SECRET = "correct-horse-battery-staple"
 def verify(leaf: pki.Issued, *chain: pki.Issued, allowed: tuple[str, ...] = ("front-proxy-client",)) -> str:
     verifier = FrontProxyVerifier([FP_CA.cert], allowed)
     return verifier.verify([leaf.cert, *(c.cert for c in chain)], NOW).reason
+
+
+FP_ONLY = Policy(frozenset({"front-proxy"}))
 
 
 @pytest.mark.parametrize(
@@ -95,8 +100,8 @@ BOTH = Policy(frozenset({"front-proxy", "shared-secret"}), SecretSet([SECRET]))
         (BOTH, b"TEXT; secret=wrong", NO_CERTIFICATE, False, "secret"),
         (BOTH, b"TEXT", NO_CERTIFICATE, False, "no-certificate"),
         (BOTH, b"JSON", FP_OK, False, "unsupported-format"),
-        (Policy(frozenset({"shared-secret"}), SecretSet([SECRET])), b"TEXT", FP_OK, False, "secret"),
-        (Policy(frozenset({"front-proxy"})), f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret"),
+        (Policy(frozenset({"shared-secret"}), SecretSet([SECRET])), b"TEXT", FP_OK, False, "no-secret"),
+        (FP_ONLY, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret-not-accepted"),
         (Policy(frozenset({"header-only"})), b"TEXT", NO_CERTIFICATE, True, "header-only"),
         (Policy(frozenset({"header-only"})), b"JSON", NO_CERTIFICATE, False, "unsupported-format"),
     ],
@@ -114,3 +119,19 @@ def test_front_proxy_grant_expires_on_the_connection() -> None:
     later = NOW + dt.timedelta(days=3650)
     decision = Policy(frozenset({"front-proxy"})).decide([b"TEXT"], FP_OK, later)
     assert (decision.attach, decision.reason) == (False, "expired")
+
+
+def test_every_reason_has_a_metrics_label_and_a_shared_decision() -> None:
+    """A new Reason can never raise on the request path: metrics and decisions derive from the enum."""
+    from secure_orca.authz.policy import DECISIONS
+    from secure_orca.authz.reasons import Reason
+    from secure_orca.server.metrics import Metrics
+    from secure_orca.server.sampler import Sampler
+
+    metrics = Metrics(Sampler(1.0), lambda: 0)
+    for reason in Reason:
+        assert DECISIONS[reason].attach is reason.grants
+        metrics.on_decision(DECISIONS[reason])
+    text = metrics.registry.get_sample_value  # one sample per reason, with the right result label
+    assert text("secure_orca_load_reports_total", {"result": "refused", "reason": "no-secret"}) == 1
+    assert text("secure_orca_load_reports_total", {"result": "attached", "reason": "front-proxy"}) == 1

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from secure_orca import cli, envoy, lb, pki
-from secure_orca.optin import HEADER as OPTIN
+from secure_orca import cli, pki
+from secure_orca.envoy import bootstrap as envoy
+from secure_orca.envoy import launcher as lb
+from secure_orca.orca.headers import OPTIN
 
 UPSTREAMS = (envoy.Upstream("127.0.0.1", 7001), envoy.Upstream("::1", 7002))
 ZONED = (envoy.Upstream("127.0.0.1", 7001, "zone-a"), envoy.Upstream("127.0.0.1", 7002, "zone-b"))

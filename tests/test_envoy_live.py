@@ -21,8 +21,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from secure_orca import envoy, launch, lb, pki, report
-from secure_orca.optin import HEADER as OPTIN
+from secure_orca import pki
+from secure_orca.envoy import bootstrap as envoy
+from secure_orca.envoy import launcher as lb
+from secure_orca.lab import replicas as launch
+from secure_orca.orca import report
+from secure_orca.orca.headers import OPTIN
 
 pytestmark = [
     pytest.mark.envoy,

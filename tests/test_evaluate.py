@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from secure_orca import lb
-from secure_orca.evaluate import OPTIONS, request_hpack
+from secure_orca.envoy import launcher as lb
+from secure_orca.lab.evaluate import OPTIONS, request_hpack
 
 
 def leaves(value: Any, path: str = "") -> list[tuple[str, Any]]:

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from secure_orca import launch, pki
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
 
 from .conftest import ClientCert, fp_flags
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from secure_orca import pki
-from secure_orca.credentials import CredentialError, check_key_pair, load_cert_bundle, load_secrets
-from secure_orca.flags import FlagError, parse_duration, parse_feature_gates, parse_list, parse_proxy
+from secure_orca.authz.trust import check_key_pair, load_cert_bundle, load_secrets
+from secure_orca.errors import CredentialError, FlagError
+from secure_orca.server.flags import parse_duration, parse_feature_gates, parse_list, parse_proxy
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("100ms", 0.1), ("1s", 1.0), ("1m30s", 90.0), ("0", 0.0), ("1.5s", 1.5)])

@@ -17,8 +17,9 @@ import httpx
 import pytest
 from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame, SettingsFrame
 
-from secure_orca import launch, pki
-from secure_orca.server import MAX_STREAM_ID
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
+from secure_orca.server.adapter import MAX_STREAM_ID
 
 from .conftest import fp_flags
 

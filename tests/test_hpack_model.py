@@ -8,16 +8,9 @@ from dataclasses import replace
 import pytest
 
 from secure_orca.cli import main
-from secure_orca.hpack_model import (
-    MITIGATIONS,
-    Scenario,
-    grid,
-    published,
-    response_headers,
-    simulate,
-    trace,
-)
-from secure_orca.report import HEADER, LoadReport
+from secure_orca.hpackcost.model import MITIGATIONS, Scenario, grid, published, response_headers, simulate, trace
+from secure_orca.orca.headers import REPORT as HEADER
+from secure_orca.orca.report import LoadReport
 
 # RFC 7541 Appendix B code lengths (bits) of the characters used below.
 HUFFMAN_BITS = {

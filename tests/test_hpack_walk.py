@@ -8,7 +8,7 @@ from hpack.table import HeaderTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from secure_orca.hpack_walk import (
+from secure_orca.hpackcost.walk import (
     STATIC_TABLE,
     HpackWalker,
     HpackWalkError,

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from secure_orca import launch, pki
+from secure_orca import pki
 from secure_orca.cli import main
-from secure_orca.hpack_wire import (
+from secure_orca.hpackcost.wire import (
     CONTINUATION,
     END_HEADERS,
     GOAWAY,
@@ -33,8 +33,9 @@ from secure_orca.hpack_wire import (
     WireError,
     parse_target,
 )
-from secure_orca.optin import HEADER as OPT_IN
-from secure_orca.report import DEFAULT_DECIMALS
+from secure_orca.lab import replicas as launch
+from secure_orca.orca.headers import OPTIN as OPT_IN
+from secure_orca.orca.report import DEFAULT_DECIMALS
 
 from .conftest import fp_flags
 

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from secure_orca import pki
-from secure_orca.authz import FrontProxyVerifier, Policy, SecretSet
-from secure_orca.middleware import CONNECTION_KEY, Authority, ConnectionMemo, LoadReportMiddleware
-from secure_orca.sampler import Sampler
+from secure_orca.authz.frontproxy import FrontProxyVerifier
+from secure_orca.authz.policy import Policy
+from secure_orca.authz.secrets import SecretSet
+from secure_orca.server.middleware import CONNECTION_KEY, Authority, ConnectionMemo, LoadReportMiddleware
+from secure_orca.server.sampler import Sampler
 
 FP_CA = pki.make_ca("front-proxy-ca")
 FP_PEM = pki.issue(FP_CA, "front-proxy-client").cert_pem().decode()

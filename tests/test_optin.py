@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from secure_orca.optin import OptIn, OptInError, header_value, parse
+from secure_orca.orca.optin import OptIn, OptInError, header_value, parse
 
 
 @pytest.mark.parametrize(

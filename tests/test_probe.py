@@ -12,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from secure_orca import cli, launch, pki, probe, probe_stats, probe_transport, probe_vectors
-from secure_orca.probe import ProbeConfig
-from secure_orca.probe_transport import Exchange
+from secure_orca import cli, pki
+from secure_orca.lab import replicas as launch
+from secure_orca.probe import audit as probe
+from secure_orca.probe import stats as probe_stats
+from secure_orca.probe import transport as probe_transport
+from secure_orca.probe import vectors as probe_vectors
+from secure_orca.probe.audit import ProbeConfig
+from secure_orca.probe.transport import Exchange
 
 from .conftest import fp_flags
 
@@ -355,7 +360,7 @@ def test_cli_table_shows_the_leak(
 
 
 def test_header_only_control_makes_a_clean_lb_result_conclusive() -> None:
-    from secure_orca.probe import control_vectors
+    from secure_orca.probe.audit import control_vectors
 
     (control,) = control_vectors("/version", None, None, header_only=True)
     assert control.group == "control" and control.identity == "none"

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from secure_orca.report import LoadReport, OrcaFormatError, encode_bin, encode_proto, encode_text, parse_text
+from secure_orca.orca.report import LoadReport, OrcaFormatError, encode_bin, encode_proto, encode_text, parse_text
 
 
 def test_encode_text_known_keys_and_named_metrics() -> None:

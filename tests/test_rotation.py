@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from secure_orca import launch, pki
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
 
 from .conftest import load_issued, write_client
 

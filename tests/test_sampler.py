@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from secure_orca.report import parse_text
-from secure_orca.sampler import (
+from secure_orca.orca.report import parse_text
+from secure_orca.server.sampler import (
     IN_FLIGHT_METRIC,
     Sampler,
     Sources,

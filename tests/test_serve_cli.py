@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from secure_orca import launch, pki
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
 
 from .conftest import fp_flags
 

@@ -13,8 +13,9 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from secure_orca import launch, pki
-from secure_orca.report import parse_text
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
+from secure_orca.orca.report import parse_text
 
 from .conftest import ClientCert, fp_flags
 

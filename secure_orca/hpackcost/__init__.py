@@ -1,0 +1,1 @@
+"""What the load report costs in HPACK: an RFC 7541 walker and a model (pure), and measurement on the wire."""

@@ -1,0 +1,412 @@
+"""The side-by-side evaluation of the KEP-6315 options (the main job); `secure-orca evaluate` runs it."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hpack
+
+from secure_orca import pki
+from secure_orca.envoy import launcher as lb
+from secure_orca.hpackcost import wire as hpack_wire
+from secure_orca.lab import loadgen
+from secure_orca.lab import replicas as launch
+from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
+from secure_orca.orca.optin import header_value
+from secure_orca.probe.audit import ProbeConfig, ProbeResult, probe
+
+OPTIONS = ("header-only", "front-proxy", "shared-secret", "front-proxy,shared-secret")
+TITLES = {
+    "header-only": "1. header only",
+    "front-proxy": "2. front-proxy client certificate",
+    "shared-secret": "3. shared secret",
+    "front-proxy,shared-secret": "2 or 3 (either grants)",
+}
+BURDEN = {
+    "header-only": {
+        "server": "feature gate + --enable-endpoint-load-metrics",
+        "load balancer": "set the opt-in header; strip ORCA headers",
+        "rotate": "nothing",
+        "if misconfigured": "any client that reaches a replica directly reads its load",
+    },
+    "front-proxy": {
+        "server": "--requestheader-client-ca-file, --requestheader-allowed-names (kube-apiserver already has both)",
+        "load balancer": "present the front-proxy client certificate upstream; set the opt-in; strip ORCA headers",
+        "rotate": "front-proxy certificate (kubeadm: yearly) and CA, with overlap; reloaded live",
+        "if misconfigured": "no reports (refusal counted by reason); never a leak",
+    },
+    "shared-secret": {
+        "server": "--endpoint-load-metrics-secret-file (0600)",
+        "load balancer": "put the secret in the opt-in header (SDS file); strip ORCA headers",
+        "rotate": "the secret on both sides: add new, switch LB, remove old; reloaded live",
+        "if misconfigured": "no reports; a leaked secret grants reports to anyone until rotated",
+    },
+    "front-proxy,shared-secret": {
+        "server": "both of the above",
+        "load balancer": "either credential",
+        "rotate": "whichever is in use (both while migrating)",
+        "if misconfigured": "as the weaker of the two: a leaked secret grants",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long each measurement runs; --quick shortens every phase (CI)."""
+
+    rounds: int
+    duration: float
+    connections: int
+    streams: int
+    handshakes: int
+    timing_samples: int
+    hpack_duration: float
+    hpack_rate: float
+
+    @classmethod
+    def make(cls, quick: bool) -> Settings:
+        if quick:
+            return cls(rounds=1, duration=1.0, connections=4, streams=10, handshakes=40, timing_samples=60,
+                       hpack_duration=2.0, hpack_rate=20.0)  # fmt: skip
+        return cls(rounds=3, duration=4.0, connections=8, streams=10, handshakes=200, timing_samples=400,
+                   hpack_duration=8.0, hpack_rate=20.0)  # fmt: skip
+
+
+def log(message: str) -> None:
+    print(f"[evaluate] {message}", file=sys.stderr, flush=True)
+
+
+def lb_identity(dev: pki.DevPKI, option: str) -> loadgen.Identity:
+    """What the load balancer sends upstream under ``option`` (with both, it presents the certificate)."""
+    if "front-proxy" in option:
+        return loadgen.Identity("lb", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
+    if option == "shared-secret":
+        return loadgen.Identity("lb", optin=header_value(secret=secret_of(dev)))
+    return loadgen.Identity("lb", optin="TEXT")
+
+
+def secret_of(dev: pki.DevPKI) -> str:
+    return dev.secret.read_text().split()[0]
+
+
+def probe_config(dev: pki.DevPKI, option: str, samples: int, control_url: str | None = None) -> ProbeConfig:
+    return ProbeConfig(
+        cacert=dev.cert("ca"),
+        lb_cert=dev.cert("front_proxy_client") if "front-proxy" in option else None,
+        lb_key=dev.key("front_proxy_client") if "front-proxy" in option else None,
+        lb_secret=secret_of(dev) if "shared-secret" in option else None,
+        client_cert=dev.cert("user"),
+        client_key=dev.key("user"),
+        timing_samples=samples if "shared-secret" in option else 0,
+        control_url=control_url,
+        seed=6315,
+        lb_header_only=option == "header-only",
+    )
+
+
+def summarize_probe(result: ProbeResult) -> dict[str, Any]:
+    counts = result.counts()
+    leaks = [r.vector.name for r in result.results if r.outcome == "leak"]
+    timing = result.timing
+    return {
+        "verdict": result.verdict,
+        "control_ok": result.control_ok,
+        "vectors": len(result.results),
+        "leaks": counts.get("leak", 0),
+        "leaking_vectors": leaks[:10],
+        "timing_p_value": round(timing.test.p_value, 4) if timing else None,
+        "seconds": round(result.seconds, 1),
+    }
+
+
+def ratio_spread(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+
+
+def request_cost(
+    off: launch.Replica, on: launch.Replica, identity: loadgen.Identity, settings: Settings, workdir: Path
+) -> dict[str, Any]:
+    """h2load with the load balancer's identity against the feature-off and the feature-on replica, interleaved
+    in rounds; ratios on/off per round."""
+    load = loadgen.Load(settings.connections, settings.streams, duration=settings.duration, warmup=0.5)
+    rps, p50, p99 = [], [], []
+    for index in range(settings.rounds):
+        pair = [("off", off), ("on", on)]
+        results = {name: loadgen.run_h2load(r.url + "/version", load, identity, workdir)
+                   for name, r in (pair if index % 2 == 0 else pair[::-1])}  # fmt: skip
+        rps.append(results["on"].rps / results["off"].rps)
+        p50.append(results["on"].p50_ms / results["off"].p50_ms)
+        p99.append(results["on"].p99_ms / results["off"].p99_ms)
+    return {"throughput_ratio": ratio_spread(rps), "p50_ratio": ratio_spread(p50), "p99_ratio": ratio_spread(p99),
+            "load": load.label, "rounds": settings.rounds}  # fmt: skip
+
+
+HANDSHAKE_BATCH = 25  # connections opened at once: below hypercorn's listen backlog, so none waits on a SYN retry
+
+
+def handshake_cost(replica: launch.Replica, dev: pki.DevPKI, settings: Settings, workdir: Path) -> dict[str, Any]:
+    """New connections/s (one request each) presenting the front-proxy certificate, against none: batches of
+    HANDSHAKE_BATCH new connections, alternating, summed per round."""
+    load = loadgen.Load(clients=HANDSHAKE_BATCH, streams=1, requests=HANDSHAKE_BATCH)
+    with_cert = loadgen.Identity("lb", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
+    without = loadgen.Identity("none", optin="TEXT")
+    batches = max(1, settings.handshakes // HANDSHAKE_BATCH)
+    ratios = []
+    for _ in range(settings.rounds):
+        seconds = {"lb": 0.0, "none": 0.0}
+        for batch in range(batches):
+            for identity in (with_cert, without) if batch % 2 == 0 else (without, with_cert):
+                seconds[identity.name] += loadgen.run_h2load(replica.url + "/healthz", load, identity, workdir).elapsed
+        ratios.append(seconds["none"] / seconds["lb"])  # connections/s with ÷ without
+    return {"connections_per_s_ratio": ratio_spread(ratios), "connections": batches * HANDSHAKE_BATCH * 2}
+
+
+def response_hpack(replica: launch.Replica, dev: pki.DevPKI, settings: Settings) -> dict[str, Any]:
+    """Bytes the report adds per response on real HTTP/2 connections (one rate, secs of traffic)."""
+    fp = dev.cert("front_proxy_client"), dev.key("front_proxy_client")
+    credentials = hpack_wire.Credentials(dev.cert("ca"), *fp)
+    config = hpack_wire.MeasureConfig(
+        target=hpack_wire.parse_target(replica.url, "/version"),
+        credentials=credentials,
+        rates=(settings.hpack_rate,),
+        duration=settings.hpack_duration,
+    )
+    (result,) = hpack_wire.measure(config)
+    return {
+        "rate_per_connection": settings.hpack_rate,
+        "uncompressed_bytes": round(result.uncompressed, 1),
+        "first_send_bytes": round(result.first_send or 0.0, 1),
+        "marginal_bytes_per_response": round(result.marginal, 2),
+        "literals_per_s": round(result.literals_per_s, 2),
+    }
+
+
+def request_hpack(value: str | None, requests: int = 100) -> float:
+    """Mean HPACK bytes the opt-in header adds to a load balancer's requests on one connection (replayed
+    through the hpack encoder h2 uses: the value is indexed after its first send)."""
+    base = [(":method", "GET"), (":scheme", "https"), (":authority", "kube-apiserver:6443"), (":path", "/api/v1/pods"),
+            ("user-agent", "kubectl/v1.38.0"), ("accept", "application/json")]  # fmt: skip
+    with_encoder, without_encoder = hpack.Encoder(), hpack.Encoder()
+    extra = 0
+    for _ in range(requests):
+        plain = len(without_encoder.encode(base))
+        headers = [*base, (OPTIN_HEADER, value)] if value is not None else base
+        extra += len(with_encoder.encode(headers)) - plain
+    return round(extra / requests, 2)
+
+
+@contextmanager
+def replicas_for(dev: pki.DevPKI) -> Iterator[dict[str, launch.Replica]]:
+    """One replica per option and one with the feature off (same trust material everywhere)."""
+    names = ["off", *OPTIONS]
+    trust = lb.replica_flags(dev, "front-proxy,shared-secret")
+    off_flags = [f for f in trust if f not in ("--enable-endpoint-load-metrics",)]
+    argvs = [launch.serve_argv(dev, off_flags)] + [launch.serve_argv(dev, lb.replica_flags(dev, o)) for o in OPTIONS]
+    with launch.replicas(argvs) as started:
+        yield dict(zip(names, started, strict=True))
+
+
+def through_lb(dev: pki.DevPKI, option: str, settings: Settings) -> dict[str, Any]:
+    """Envoy in front of one replica of ``option``: the probe goes through Envoy; its positive control goes to
+    the replica directly (Envoy strips the reports it would otherwise see)."""
+    argv = launch.serve_argv(dev, lb.replica_flags(dev, option))
+    with lb.deployment(dev, [argv], option=option) as deployed:
+        replica = deployed.replicas[0]
+        result = probe(deployed.envoy.url, probe_config(dev, option, 0, control_url=replica.url))
+        weights = [h.weight for h in deployed.envoy.clusters()]
+    return {**summarize_probe(result), "envoy_weights": weights}
+
+
+def evaluate(output: Path, quick: bool, use_envoy: bool) -> dict[str, Any]:
+    settings = Settings.make(quick)
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "settings": settings.__dict__,
+        "envoy": use_envoy,
+        "machine": machine(),
+        "options": {o: {"title": TITLES[o], "burden": BURDEN[o]} for o in OPTIONS},
+    }
+    with ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="secure-orca-eval-")))
+        dev = pki.generate(root / "pki")
+        log(f"development PKI in {root} (removed at the end); starting 5 replicas")
+        reps = stack.enter_context(replicas_for(dev))
+        for option in OPTIONS:
+            cell = results["options"][option]
+            log(f"{TITLES[option]}: probing as a client that bypasses the load balancer")
+            cell["bypass"] = summarize_probe(
+                probe(reps[option].url, probe_config(dev, option, settings.timing_samples))
+            )
+            if use_envoy:
+                log(f"{TITLES[option]}: probing through Envoy")
+                cell["through_lb"] = through_lb(dev, option, settings)
+            else:
+                cell["through_lb"] = {"verdict": "not measured: envoy not installed (pip install 'secure-orca[envoy]')"}
+            log(f"{TITLES[option]}: request cost against the feature-off replica ({settings.rounds} rounds)")
+            cell["request_cost"] = request_cost(reps["off"], reps[option], lb_identity(dev, option), settings, root)
+            value = lb_identity(dev, option).optin
+            cell["hpack_request_bytes"] = request_hpack(value)
+        log("A/A control: the feature-off replica against itself (the noise floor of the cost ratios)")
+        none = loadgen.Identity("lb", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
+        results["control"] = request_cost(reps["off"], reps["off"], none, settings, root)
+        log("TLS handshake cost of the front-proxy certificate")
+        handshake = handshake_cost(reps["front-proxy"], dev, settings, root)
+        log("HPACK bytes of the report on real connections")
+        response = response_hpack(reps["front-proxy"], dev, settings)
+    for option in OPTIONS:
+        cell = results["options"][option]
+        cell["handshake"] = handshake if "front-proxy" in option else {"connections_per_s_ratio": None,
+                                                                       "note": "no client certificate"}  # fmt: skip
+        cell["hpack_response"] = response
+    results["seconds"] = round(time.monotonic() - started, 1)
+    results["recommendation"] = recommend(results)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "evaluation.json").write_text(json.dumps(results, indent=2) + "\n")
+    (output / "evaluation.md").write_text(render_markdown(results))
+    return results
+
+
+def machine() -> dict[str, Any]:
+    import os
+    import platform
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())  # fmt: skip
+    return {"cpus": len(os.sched_getaffinity(0)), "cpu": model, "python": platform.python_version()}
+
+
+def _median(cell: dict[str, Any], *keys: str) -> float | None:
+    value: Any = cell
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value.get("median") if isinstance(value, dict) else value
+
+
+def fmt(value: Any) -> str:
+    return "n/a" if value is None else f"{value}"
+
+
+def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
+    control = results["control"]
+    rows = [["0. feature off, A/A control", "-", "-", *(fmt(control[k]["median"]) for k in COST_KEYS), *["-"] * 4]]
+    for option in OPTIONS:
+        cell = results["options"][option]
+        bypass, via = cell["bypass"], cell["through_lb"]
+        rows.append([
+            cell["title"],
+            f"{bypass['verdict']} ({bypass['leaks']}/{bypass['vectors']} vectors leak)",
+            via["verdict"] if "leaks" not in via else f"{via['verdict']} ({via['leaks']}/{via['vectors']})",
+            *(fmt(_median(cell, "request_cost", k)) for k in COST_KEYS),
+            fmt(_median(cell, "handshake", "connections_per_s_ratio")),
+            fmt(cell["hpack_response"]["marginal_bytes_per_response"]),
+            fmt(cell["hpack_request_bytes"]),
+            fmt(bypass["timing_p_value"]),
+        ])  # fmt: skip
+    return rows
+
+
+COST_KEYS = ("throughput_ratio", "p50_ratio", "p99_ratio")
+HEADER = ["option", "bypass client", "through the LB", "req/s ratio", "p50 ratio", "p99 ratio",
+          "new conn/s ratio", "HPACK B/resp", "HPACK B/req", "secret timing p"]  # fmt: skip
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def recommend(results: dict[str, Any]) -> list[str]:
+    """A recommendation that follows from the measured figures (each sentence cites them)."""
+    opts = results["options"]
+    header_only, fp, secret = opts["header-only"], opts["front-proxy"], opts["shared-secret"]
+    out = []
+    if header_only["bypass"]["verdict"] == "leak":
+        out.append(
+            f"Option 1 is not safe wherever a client can reach a replica without the load balancer: the probe "
+            f"read load reports through {header_only['bypass']['leaks']} of {header_only['bypass']['vectors']} "
+            f"bypass vectors. Through the load balancer it was {header_only['through_lb']['verdict']}, so the "
+            f"exposure is exactly the set of clients that can bypass it."
+        )
+    safe = [o for o in ("front-proxy", "shared-secret") if opts[o]["bypass"]["verdict"] == "no-leak"]
+    if safe:
+        costs = "; ".join(
+            f"{TITLES[o]}: requests/s x{_median(opts[o], 'request_cost', 'throughput_ratio')}, "
+            f"p99 x{_median(opts[o], 'request_cost', 'p99_ratio')}"
+            for o in safe
+        )
+        control = results["control"]
+        spread = [control[k][edge] for k in ("throughput_ratio", "p99_ratio") for edge in ("min", "max")]
+        within = all(
+            control["throughput_ratio"]["min"] <= (_median(opts[o], "request_cost", "throughput_ratio") or 0)
+            and (_median(opts[o], "request_cost", "p99_ratio") or 99) <= control["p99_ratio"]["max"]
+            for o in safe
+        )
+        verdict = (
+            f"within the A/A control's range (feature off against itself: {min(spread)} to {max(spread)}), so this "
+            "run shows no cost it can resolve"
+            if within
+            else f"outside the A/A control's range ({min(spread)} to {max(spread)}): a cost, or noise this run did "
+            "not catch; docs/performance.md has the longer interleaved benchmark"
+        )
+        out.append(f"Options {' and '.join(TITLES[o].split('.')[0] for o in safe)} leaked nothing to the bypass "
+                   f"client. Against the feature off, per request ({costs}), the ratios are {verdict}.")  # fmt: skip
+    hs = _median(fp, "handshake", "connections_per_s_ratio")
+    if hs is not None:
+        out.append(
+            f"The client certificate costs at connection set-up (new connections/s x{hs} with the front-proxy "
+            f"certificate) and is verified once per chain, not per request; load balancers hold connections open, "
+            f"so this is paid rarely."
+        )
+    extra = secret["hpack_request_bytes"] - fp["hpack_request_bytes"]
+    out.append(
+        f"The shared secret travels in every request header ({secret['hpack_request_bytes']} HPACK bytes per "
+        f"request against {fp['hpack_request_bytes']} for the bare opt-in, +{round(extra, 2)}), lives in load "
+        f"balancer configuration and logs, and grants to anyone who learns it until rotated; the timing check of "
+        f"its comparison gave p = {secret['bypass']['timing_p_value']} (no evidence of a timing leak at p < 0.001)."
+    )
+    out.append(
+        "Recommendation for the KEP: resolve the open question with option 2 as the default (kube-apiserver "
+        "already trusts the requestheader CA and allowed names for front proxies, and an L7 load balancer that "
+        "preserves client-certificate authentication already holds such a certificate), accept option 3 only "
+        "where the load balancer cannot present a client certificate upstream, and do not ship option 1 except "
+        "behind an explicit flag documented as unsafe when replicas are reachable directly."
+    )
+    return out
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    s = results["settings"]
+    burden_rows = [[results["options"][o]["title"], *BURDEN[o].values()] for o in OPTIONS]
+    parts = [
+        "# KEP-6315: the three options, measured\n",
+        f"Machine: {m['cpus']} CPUs ({m['cpu']}), Python {m['python']}; Envoy in front: "
+        f"{'yes' if results['envoy'] else 'no'}; {s['rounds']} interleaved rounds of {s['duration']} s, "
+        f"h2load c={s['connections']} m={s['streams']}; total {results['seconds']} s.\n",
+        "## Matrix\n",
+        table(HEADER, matrix_rows(results)),
+        "\nRatios are feature-on / feature-off from the same run (median of rounds; min and max in "
+        "evaluation.json). Row 0 measures the feature-off replica against itself in the same way: ratios "
+        "that differ from 1 by no more than row 0 does are noise, not cost. Exposure verdicts are "
+        "`secure-orca probe`'s: `leak`, `no-leak` (with a positive control that did get a report), "
+        "`inconclusive`.\n",
+        "## Operational burden\n",
+        table(["option", *BURDEN["header-only"].keys()], burden_rows),
+        "\n## Recommendation\n",
+        *[f"- {line}" for line in results["recommendation"]],
+        "",
+    ]
+    return "\n".join(parts)
+
+
+
+

@@ -1,0 +1,140 @@
+"""Start ``secure-orca serve`` replicas as real subprocesses on free loopback ports, wait until they serve,
+and stop them (SIGTERM, then SIGKILL) on exit or failure. Used by the tests, the evaluation and Envoy runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+
+from secure_orca.errors import SecureOrcaError
+from secure_orca.pki import DevPKI
+
+_READY = re.compile(r"Running on https://(\S+):(\d+) ")
+
+
+class LaunchError(SecureOrcaError, RuntimeError):
+    """A process that did not start; the message carries the tail of its output."""
+
+
+@dataclass
+class Process:
+    """A started subprocess whose combined output is collected by a thread."""
+
+    name: str
+    popen: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+
+    def output(self, tail: int = 20) -> str:
+        return "".join(self.lines[-tail:])
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, wait, then SIGKILL; returns the exit status."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout)
+        return self.popen.returncode
+
+
+def start_process(name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Process:
+    popen = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    process = Process(name, popen)
+
+    def drain() -> None:
+        assert popen.stdout is not None
+        for line in popen.stdout:
+            process.lines.append(line)
+
+    threading.Thread(target=drain, name=f"drain-{name}", daemon=True).start()
+    return process
+
+
+def wait_for(process: Process, pattern: re.Pattern[str], timeout: float = 30.0) -> re.Match[str]:
+    """Wait until a line of the process's output matches ``pattern``."""
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while time.monotonic() < deadline:
+        lines = process.lines
+        for line in lines[seen:]:
+            match = pattern.search(line)
+            if match:
+                return match
+        seen = len(lines)
+        if process.popen.poll() is not None:
+            time.sleep(0.1)  # let the drain thread collect the last lines
+            raise LaunchError(f"{process.name} exited with status {process.popen.returncode}:\n{process.output()}")
+        time.sleep(0.02)
+    raise LaunchError(f"{process.name} not ready after {timeout:.0f}s:\n{process.output()}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Replica:
+    """A running ``secure-orca serve``."""
+
+    process: Process
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+
+def serve_argv(pki: DevPKI, extra: Sequence[str] = (), *, host: str = "127.0.0.1", port: int = 0) -> list[str]:
+    """Arguments of a replica that uses ``pki`` with the feature on (modes and material from ``extra``)."""
+    return [
+        sys.executable,
+        "-m",
+        "secure_orca",
+        "serve",
+        "--bind-address",
+        host,
+        "--secure-port",
+        str(port),
+        "--tls-cert-file",
+        str(pki.cert("server")),
+        "--tls-private-key-file",
+        str(pki.key("server")),
+        "--client-ca-file",
+        str(pki.cert("client_ca")),
+        *extra,
+    ]
+
+
+@contextmanager
+def replicas(argvs: Sequence[Sequence[str]], timeout: float = 30.0) -> Iterator[list[Replica]]:
+    """Start one replica per argv (in parallel) and stop them all on exit."""
+    with ExitStack() as stack:
+        started: list[Replica] = []
+        processes = [start_process(f"replica-{i}", argv) for i, argv in enumerate(argvs)]
+        for process in processes:
+            stack.callback(process.stop)
+        for process in processes:
+            match = wait_for(process, _READY, timeout)
+            started.append(Replica(process, match.group(1).strip("[]"), int(match.group(2))))
+        yield started

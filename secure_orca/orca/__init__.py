@@ -1,0 +1,1 @@
+"""The ORCA wire formats (pure): header names, the load report and its encodings, the opt-in grammar."""

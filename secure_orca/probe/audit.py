@@ -1,0 +1,431 @@
+"""Bypass-client audit: can a client that reaches an HTTPS endpoint read ORCA load metrics?
+
+The audit sends a list of named vectors (client identity x opt-in header values x protocol x path) to one URL
+and looks for a leak: any ``endpoint-load-metrics`` or ``endpoint-load-metrics-bin`` header, or ORCA data in
+trailers. A positive control with the load balancer's credentials first shows that the feature is on; without
+one (or when it fails) a clean result is *inconclusive*. A timing check compares wrong secrets that differ
+early against ones that differ late over one kept-alive HTTP/2 connection (Mann-Whitney U test).
+
+Layout: this module classifies responses, decides the verdict and runs the audit (``probe()``). The vector
+definitions (``probe_vectors``) and the statistics (``probe_stats``) are pure; the transport (``probe_transport``)
+is a small sans-I/O h2 client over an ``ssl`` socket and a raw HTTP/1.1 client, every socket with a timeout.
+The probe never connects anywhere but the URL it is given (and ``control_url`` when one is given).
+Secrets never appear in a vector's ``shown`` headers, its repr, or the JSON.
+"""
+
+from __future__ import annotations
+
+import random
+import ssl
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import h2.exceptions
+from cryptography import x509
+
+from secure_orca import pki
+from secure_orca.authz.frontproxy import common_name
+from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
+from secure_orca.orca.headers import ORCA_HEADERS
+from secure_orca.orca.headers import REPORT as HEADER
+from secure_orca.orca.report import OrcaFormatError, parse_text
+from secure_orca.probe.stats import UTest, mann_whitney_u, median
+from secure_orca.probe.transport import Connector, Exchange, H2Client, ProbeError, Target, exchange
+from secure_orca.probe.vectors import (
+    CLEARTEXT,
+    DEFAULT_PATH,
+    DEFAULT_SECRET_LENGTH,
+    NO_CERT,
+    Identity,
+    Protocol,
+    Vector,
+    _flip,
+    _printable,
+    _secret_value,
+    build_vectors,
+    control_vectors,
+    mint_identities,
+    random_secret,
+)
+
+Outcome = Literal["leak", "no-report", "refused-handshake", "not-accepted", "error"]
+TIMING_ALPHA = 0.001
+_TEXT_HEADER = HEADER.encode()
+
+
+# --- classification (pure) -------------------------------------------------------------------------------
+
+
+def _looks_like_report(value: bytes) -> bool:
+    try:
+        parse_text(value.decode("latin-1").strip())
+    except OrcaFormatError:
+        return False
+    return True
+
+
+def find_orca(headers: Iterable[tuple[bytes, bytes]], trailers: Iterable[tuple[bytes, bytes]]) -> list[str]:
+    """Where ORCA data appears: an ORCA header name in headers or trailers, or a TEXT report in any trailer."""
+    found = []
+    for where, fields in (("header", headers), ("trailer", trailers)):
+        for name, value in fields:
+            lowered = name.strip().lower().decode("latin-1")
+            if lowered in ORCA_HEADERS or (where == "trailer" and _looks_like_report(value)):
+                found.append(f"{where} {lowered}")
+    return found
+
+
+def classify(exchange: Exchange, protocol: Protocol, with_cert: bool = False) -> tuple[Outcome, str]:
+    """The outcome of one vector and a one-line detail. ``with_cert``: the client presented a certificate, so a
+    connection closed before any response counts as a refused handshake (with TLS 1.3 the server refuses a
+    client certificate after the client's side of the handshake has completed)."""
+    leaks = find_orca(exchange.headers, exchange.trailers)
+    if leaks:
+        return "leak", ", ".join(leaks)
+    if exchange.status is not None and exchange.error_kind is None:
+        return "no-report", f"status {exchange.status}"
+    kind, why = exchange.error_kind or "protocol", exchange.error
+    if protocol in CLEARTEXT and kind not in ("connect",):
+        return "not-accepted", f"cleartext {kind}: {why}".strip(": ")
+    if kind == "handshake":
+        return "refused-handshake", f"TLS handshake failed: {why}"
+    if kind == "closed" and with_cert and exchange.status is None:
+        return "refused-handshake", "connection closed right after the handshake (client certificate refused)"
+    if kind in ("not-h2", "reset", "closed") and exchange.status is None:
+        return "not-accepted", f"{kind}: {why}".strip(": ")
+    return "error", f"{kind}: {why}".strip(": ")
+
+
+def report_evidence(exchange: Exchange) -> str:
+    """The first leaked value, shortened (it is the server's load, not a secret of ours)."""
+    for name, value in [*exchange.headers, *exchange.trailers]:
+        if name.strip().lower().decode("latin-1") in ORCA_HEADERS:
+            return _printable(value, 200)
+    return ""
+
+
+# --- results and verdict (pure) --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VectorResult:
+    vector: Vector
+    outcome: Outcome
+    detail: str
+    status: int | None = None
+    alpn: str | None = None
+    evidence: str = ""
+    report_ok: bool | None = None  # for a leak or a control: does the report pass Envoy's TEXT rules?
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.vector.to_json(),
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "status": self.status,
+            "alpn": self.alpn,
+            "evidence": self.evidence,
+            "report_valid": self.report_ok,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Wrong secrets differing at the first vs the last character, interleaved over one connection."""
+
+    samples_per_kind: int
+    secret_length: int
+    length_known: bool
+    median_early_us: float
+    median_late_us: float
+    test: UTest
+    reconnects: int = 0
+
+    @property
+    def suspicious(self) -> bool:
+        return self.test.p_value < TIMING_ALPHA
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "samples_per_kind": self.samples_per_kind,
+            "secret_length": self.secret_length,
+            "length_known": self.length_known,
+            "median_early_us": round(self.median_early_us, 1),
+            "median_late_us": round(self.median_late_us, 1),
+            "u": self.test.u,
+            "z": round(self.test.z, 3),
+            "p_value": self.test.p_value,
+            "alpha": TIMING_ALPHA,
+            "suspicious": self.suspicious,
+            "reconnects": self.reconnects,
+        }
+
+
+Verdict = Literal["leak", "no-leak", "inconclusive", "unreachable"]
+EXIT_CODES: dict[str, int] = {"no-leak": 0, "leak": 1, "inconclusive": 2, "unreachable": 2}
+
+
+def decide(
+    controls: Sequence[VectorResult], results: Sequence[VectorResult], unreachable: str | None = None
+) -> tuple[Verdict, str]:
+    """The summary verdict and its reason. A leak is proof whatever else happened; a clean run counts only
+    with a positive control that got a report and with every vector tested."""
+    leaks = [r for r in results if r.outcome == "leak"]
+    if leaks:
+        return "leak", f"{len(leaks)} of {len(results)} vectors got load metrics (first: {leaks[0].vector.name})"
+    if unreachable is not None:
+        return "unreachable", unreachable
+    if not controls:
+        return "inconclusive", "no leak found, but no positive control (give --lb-cert/--lb-key or --lb-secret-file)"
+    if not any(c.outcome == "leak" for c in controls):
+        return (
+            "inconclusive",
+            "no leak found, but the positive control got no report (feature off or LB credentials wrong)",
+        )
+    errors = [r for r in results if r.outcome == "error"]
+    if errors:
+        return "inconclusive", f"no leak found, but {len(errors)} vectors ended in error (first: {errors[0].detail})"
+    return "no-leak", f"none of {len(results)} vectors got load metrics; the positive control did"
+
+
+@dataclass
+class ProbeResult:
+    url: str
+    verdict: Verdict
+    reason: str
+    controls: list[VectorResult]
+    results: list[VectorResult]
+    timing: TimingResult | None = None
+    timing_error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def control_ok(self) -> bool:
+        return any(c.outcome == "leak" for c in self.controls)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.results:
+            out[r.outcome] = out.get(r.outcome, 0) + 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "control_ok": self.control_ok,
+            "counts": self.counts(),
+            "controls": [c.to_json() for c in self.controls],
+            "vectors": [r.to_json() for r in self.results],
+            "timing": self.timing.to_json() if self.timing else None,
+            "timing_error": self.timing_error,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# --- running ---------------------------------------------------------------------------------------------
+
+
+def run_vector(connector: Connector, identities: dict[str, Identity], vector: Vector) -> VectorResult:
+    start = time.perf_counter()
+    got = exchange(connector, identities[vector.identity], vector)
+    outcome, detail = classify(got, vector.protocol, identities[vector.identity].has_cert)
+    evidence = report_evidence(got) if outcome == "leak" else ""
+    report_ok = None
+    if evidence:
+        report_ok = any(_looks_like_report(v) for n, v in got.headers if n.lower() == _TEXT_HEADER)
+    return VectorResult(vector, outcome, detail, got.status, got.alpn, evidence, report_ok, time.perf_counter() - start)
+
+
+def timing_check(
+    connector: Connector,
+    path: str,
+    samples: int,
+    known_secret: str | None,
+    seed: int | None = None,
+    warmup: int = 20,
+) -> TimingResult:
+    """Interleave wrong secrets that differ from the real one (or a random base) at the first vs the last
+    character over one kept-alive HTTP/2 connection, reconnecting if the server closes it."""
+    rng = random.Random(seed)
+    length = len(known_secret) if known_secret else DEFAULT_SECRET_LENGTH
+    base = known_secret or random_secret(length, rng)
+    times: dict[str, list[float]] = {"early": [], "late": []}
+    client: H2Client | None = None
+    reconnects = 0
+    plan = ["warmup"] * warmup
+    for _ in range(samples):
+        pair = ["early", "late"]
+        rng.shuffle(pair)
+        plan += pair
+    try:
+        for kind in plan:
+            while True:
+                if client is None or client.closed:
+                    if client is not None:
+                        client.close()
+                        reconnects += 1
+                        if reconnects > 20:
+                            raise ProbeError("the server kept closing the timing connection")
+                    sock = connector.tls(NO_CERT, "h2")
+                    if sock.selected_alpn_protocol() != "h2":
+                        sock.close()
+                        raise ProbeError("the server does not speak HTTP/2")
+                    client = H2Client(sock, connector.target)
+                guess = _flip(base, 0 if kind in ("early", "warmup") else -1, rng)
+                start = time.perf_counter_ns()
+                got = client.get(path, ((OPTIN, _secret_value(guess)),))
+                elapsed = (time.perf_counter_ns() - start) / 1000
+                if got.error_kind is None:
+                    break
+                client.closed = True  # retry this sample on a new connection
+            if find_orca(got.headers, got.trailers):
+                raise ProbeError("wrong secrets get a report: no secret is checked, nothing to time")
+            if kind != "warmup":
+                times[kind].append(elapsed)
+    finally:
+        if client is not None:
+            client.close()
+    test = mann_whitney_u(times["early"], times["late"])
+    return TimingResult(
+        samples, length, known_secret is not None, median(times["early"]), median(times["late"]), test, reconnects
+    )
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """Everything one audit needs. Secrets are excluded from repr."""
+
+    cacert: Path | None = None
+    insecure: bool = False
+    lb_cert: Path | None = None
+    lb_key: Path | None = None
+    lb_secret: str | None = field(default=None, repr=False)
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    secret_guess: str | None = field(default=None, repr=False)
+    paths: tuple[str, ...] = ()
+    timing_samples: int = 500
+    timeout: float = 5.0
+    front_proxy_cn: str | None = None
+    control_url: str | None = None
+    seed: int | None = None
+    lb_header_only: bool = False  # the LB sends the bare opt-in (option 1): that is the positive control
+
+
+def _cert_names(path: Path | None) -> tuple[str | None, str | None]:
+    """The subject CN and issuer CN of the first certificate in ``path``."""
+    if path is None:
+        return None, None
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    issuer = cert.issuer.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)
+    return common_name(cert), (str(issuer[0].value) if issuer else None)
+
+
+def identities_for(config: ProbeConfig) -> tuple[list[Identity], Identity | None]:
+    """The identities the vectors use, and the load balancer's (for the control only)."""
+    lb_cn, lb_issuer = _cert_names(config.lb_cert)
+    allowed = config.front_proxy_cn or lb_cn or pki.FRONT_PROXY_CN
+    out = [NO_CERT]
+    if config.client_cert is not None:
+        out.append(Identity("client", "the given client certificate", config.client_cert, config.client_key))
+    out += mint_identities(allowed, lb_issuer)
+    lb = Identity("lb", "the load balancer's certificate", config.lb_cert, config.lb_key) if config.lb_cert else None
+    return out, lb
+
+
+def default_paths(target: Target, paths: Sequence[str]) -> tuple[str, ...]:
+    if paths:
+        return tuple(paths)
+    return (target.path,) if target.path not in ("", "/") else (DEFAULT_PATH,)
+
+
+def probe(
+    url: str,
+    config: ProbeConfig,
+    on_result: Callable[[int, int, VectorResult], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> ProbeResult:
+    """Run the whole audit against ``url``: positive control, every vector, then the timing check.
+
+    ``on_result(index, total, result)`` and ``on_phase(text)`` report progress. Raises ProbeError for unusable
+    input before any traffic; network failures end up in the result (verdict ``unreachable``)."""
+    started = time.perf_counter()
+    target = Target.parse(url)
+    control_target = Target.parse(config.control_url) if config.control_url else target
+    paths = default_paths(target, config.paths)
+    for path in paths:
+        if not path.startswith("/"):
+            raise ProbeError(f"path {path!r} must start with /")
+    try:
+        identities, lb = identities_for(config)
+    except (OSError, ValueError) as error:
+        raise ProbeError(f"cannot read the load balancer certificate: {error}") from None
+    by_name = {i.name: i for i in identities}
+    if lb is not None:
+        by_name[lb.name] = lb
+    connector = Connector(target, config.cacert, config.insecure, config.timeout)
+    control_connector = Connector(control_target, config.cacert, config.insecure, config.timeout)
+    try:
+        for identity in by_name.values():  # load every credential up front: bad files fail before any traffic
+            connector.context(identity, "h2")
+    except (OSError, ssl.SSLError) as error:
+        raise ProbeError(f"cannot load a client certificate or key: {error}") from None
+    vectors = build_vectors(
+        paths, identities, secret_guess=config.secret_guess, known_secret=config.lb_secret, seed=config.seed
+    )
+    controls_v = control_vectors(paths[0], lb, config.lb_secret, config.lb_header_only)
+    total = len(controls_v) + len(vectors)
+    done = 0
+
+    def run_all(conn: Connector, items: Sequence[Vector]) -> list[VectorResult]:
+        nonlocal done
+        out = []
+        for vector in items:
+            result = run_vector(conn, by_name, vector)
+            done += 1
+            if on_result is not None:
+                on_result(done, total, result)
+            out.append(result)
+        return out
+
+    if on_phase:
+        on_phase(f"probing {url} ({total} requests)")
+    baseline = run_all(connector, vectors[:1])
+    unreachable = _unreachable(baseline[0])
+    if unreachable:
+        verdict, reason = decide([], [], unreachable)
+        return ProbeResult(url, verdict, reason, [], baseline, seconds=time.perf_counter() - started)
+    controls = run_all(control_connector, controls_v)
+    results = baseline + run_all(connector, vectors[1:])
+    verdict, reason = decide(controls, results)
+    out = ProbeResult(url, verdict, reason, controls, results)
+    if config.timing_samples > 0:
+        if on_phase:
+            on_phase(f"timing check: {config.timing_samples} early/late pairs over one HTTP/2 connection")
+        try:
+            out.timing = timing_check(connector, paths[0], config.timing_samples, config.lb_secret, config.seed)
+        except (OSError, ssl.SSLError, h2.exceptions.ProtocolError, ProbeError) as error:
+            out.timing_error = " ".join(str(error).split())[:160] or type(error).__name__
+    out.seconds = time.perf_counter() - started
+    return out
+
+
+def _unreachable(baseline: VectorResult) -> str | None:
+    if baseline.outcome != "error":
+        return None
+    kind = baseline.detail.partition(":")[0]
+    if kind in ("connect", "server-cert", "timeout"):
+        return f"cannot reach the server: {baseline.detail}"
+    return None

@@ -1,0 +1,282 @@
+"""Probe vectors (pure, no sockets): client identities, opt-in header and secret variants, and the ordered
+vector list of one audit (client identity x opt-in header values x protocol x path), plus the positive control.
+
+Secrets never appear in a vector's ``shown`` headers or its repr.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from secure_orca import pki
+from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
+
+Protocol = Literal["h2", "http/1.1", "h2c", "http/1.1-cleartext"]
+PROTOCOLS: tuple[Protocol, ...] = ("h2", "http/1.1", "h2c", "http/1.1-cleartext")
+CLEARTEXT: frozenset[str] = frozenset({"h2c", "http/1.1-cleartext"})
+TLS_PROTOCOLS: tuple[Protocol, ...] = ("h2", "http/1.1")
+DEFAULT_PATH = "/version"
+DEFAULT_SECRET_LENGTH = 43  # pki.new_secret(): 32 random bytes, URL-safe base64
+LONG_VALUE_LENGTH = 8000
+_SECRET_ALPHABET = string.ascii_letters + string.digits + "-_"
+
+Headers = tuple[tuple[bytes, bytes], ...]
+
+
+# --- identities ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A client identity: no certificate, a certificate file pair, or a certificate minted in memory."""
+
+    name: str
+    description: str
+    cert: Path | None = None
+    key: Path | None = None
+    pem: tuple[bytes, bytes] | None = field(default=None, repr=False)  # (chain, key), minted by the probe
+
+    @property
+    def has_cert(self) -> bool:
+        return self.cert is not None or self.pem is not None
+
+
+NO_CERT = Identity("none", "no client certificate")
+
+
+def _minted(name: str, description: str, leaf: pki.Issued) -> Identity:
+    return Identity(name, description, pem=(leaf.cert_pem(), leaf.key_pem()))
+
+
+def mint_identities(allowed_cn: str, issuer_cn: str | None = None) -> list[Identity]:
+    """Certificates the probe makes itself, each carrying the allowed front-proxy CN. The 'wrong CA' is a new
+    CA named like the real front-proxy CA (``issuer_cn``) when that name is known: same name, other key."""
+    fake_ca = pki.make_ca(issuer_cn or "secure-orca-probe-unknown-ca")
+    now = dt.datetime.now(dt.UTC)
+    return [
+        _minted("self-signed", f"self-signed certificate with CN={allowed_cn}", pki.make_ca(allowed_cn)),
+        _minted("wrong-ca", f"CN={allowed_cn} from a CA the server does not trust", pki.issue(fake_ca, allowed_cn)),
+        _minted(
+            "expired",
+            f"CN={allowed_cn}, expired yesterday, from an untrusted CA",
+            pki.issue(fake_ca, allowed_cn, not_before=now - dt.timedelta(days=30), not_after=now - dt.timedelta(1)),
+        ),
+        _minted(
+            "wrong-eku",
+            f"CN={allowed_cn} with ExtKeyUsage serverAuth only, from an untrusted CA",
+            pki.issue(fake_ca, allowed_cn, eku=(ExtendedKeyUsageOID.SERVER_AUTH,)),
+        ),
+    ]
+
+
+# --- vectors (pure) --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Vector:
+    """One attempt: who connects, with which opt-in headers, over which protocol, to which path.
+
+    ``headers`` are the raw extra request headers (they may hold a secret, so they are left out of repr);
+    ``shown`` is their display form with every secret replaced by its kind."""
+
+    name: str
+    description: str
+    identity: str
+    protocol: Protocol
+    path: str
+    headers: Headers = field(default=(), repr=False)
+    shown: tuple[str, ...] = ()
+    group: str = "header"
+    variant: str = "TEXT"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "group": self.group,
+            "variant": self.variant,
+            "description": self.description,
+            "identity": self.identity,
+            "protocol": self.protocol,
+            "path": self.path,
+            "headers": list(self.shown),
+        }
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Opt-in header fields to send, as (name, value) pairs, with their display form."""
+
+    name: str
+    description: str
+    fields: Headers
+    shown: tuple[str, ...]
+
+
+def variant(name: str, description: str, *values: bytes | tuple[bytes, bytes], shown: Sequence[str] = ()) -> Variant:
+    """A variant from values of the opt-in header, or (name, value) pairs for other header names."""
+    fields = tuple(v if isinstance(v, tuple) else (OPTIN, v) for v in values)
+    display = tuple(shown) or tuple(f"{n.decode('latin-1')}: {_printable(v)}" for n, v in fields)
+    return Variant(name, description, fields, display)
+
+
+def _printable(value: bytes, limit: int = 80) -> str:
+    if len(value) > limit:
+        return f"{_printable(value[:24])}...<{len(value)} bytes>"
+    text = value.decode("latin-1")
+    return text if text.isascii() and text.isprintable() else repr(value)[2:-1]
+
+
+def _secret_value(secret: str) -> bytes:
+    return f"TEXT; secret={secret}".encode()
+
+
+def _secret_variant(name: str, description: str, secret: str, kind: str) -> Variant:
+    return variant(name, description, _secret_value(secret), shown=(f"{OPTIN.decode()}: TEXT; secret=<{kind}>",))
+
+
+NO_OPT_IN = variant("no-opt-in", "no opt-in header at all (a server must never report unasked)")
+TEXT = variant("TEXT", "the supported opt-in value", b"TEXT")
+
+
+def header_variants() -> list[Variant]:
+    """Opt-in header values a client might try: formats, case, whitespace, duplicates, size, bytes."""
+    long_value = b"TEXT; secret=" + b"A" * LONG_VALUE_LENGTH
+    return [
+        NO_OPT_IN,
+        TEXT,
+        variant("JSON", "unsupported format token", b"JSON"),
+        variant("BIN", "unsupported format token", b"BIN"),
+        variant("lowercase", "format token in lower case", b"text"),
+        variant("leading-space", "leading whitespace", b" TEXT"),
+        variant("trailing-space", "trailing whitespace", b"TEXT "),
+        variant("duplicate", "the header twice", b"TEXT", b"TEXT"),
+        variant("duplicate-mixed", "an unsupported format then TEXT", b"JSON", b"TEXT"),
+        variant("comma-list", "two values in one field", b"TEXT, TEXT"),
+        variant("name-mixed-case", "header name in mixed case", (b"Endpoint-Load-Metrics-Request", b"TEXT")),
+        variant("name-upper-case", "header name in upper case", (OPTIN.upper(), b"TEXT")),
+        variant("long-value", f"a {len(long_value)}-byte value", long_value),
+        variant("non-ascii-utf8", "UTF-8 bytes after the token", "TEXT é".encode()),
+        variant("non-ascii-latin1", "raw high bytes in a secret", b"TEXT; secret=\xff\xfe\xfd"),
+        variant("empty", "an empty value", b""),
+    ]
+
+
+def _flip(secret: str, index: int, rng: random.Random) -> str:
+    """``secret`` with the character at ``index`` replaced by another character of the secret alphabet."""
+    index %= len(secret)
+    new = rng.choice([c for c in _SECRET_ALPHABET if c != secret[index]])
+    return secret[:index] + new + secret[index + 1 :]
+
+
+def random_secret(length: int, rng: random.Random) -> str:
+    return "".join(rng.choice(_SECRET_ALPHABET) for _ in range(length))
+
+
+def _near_misses(base: str, whose: str, label: str, rng: random.Random) -> list[tuple[str, str, str]]:
+    """(name, description, value) of secrets one step away from ``base``: prefixes, one more, last changed."""
+    return [
+        (f"secret-{label}prefix-half", f"the first half of the {whose}", base[: len(base) // 2]),
+        (f"secret-{label}prefix-all-but-one", f"the {whose} without its last character", base[:-1]),
+        (f"secret-{label}extended", f"the {whose} with one character appended", base + "A"),
+        (f"secret-{label}last-changed", f"the {whose} with its last character changed", _flip(base, -1, rng)),
+    ]
+
+
+def secret_variants(guess: str | None, known: str | None, rng: random.Random) -> list[Variant]:
+    """Secret guesses: empty, wrong (random, of the real length if known), the given candidate, and near misses
+    of the candidate and of the real secret (which is otherwise only used by the positive control). The real
+    secret itself is never a vector."""
+    length = len(known) if known else DEFAULT_SECRET_LENGTH
+    out = [
+        _secret_variant("secret-empty", "an empty secret", "", "empty"),
+        _secret_variant(
+            "secret-wrong", f"a random wrong secret of {length} characters", random_secret(length, rng), "wrong"
+        ),
+    ]
+    near: list[tuple[str, str, str]] = []
+    if guess:
+        if guess != known:
+            out.append(_secret_variant("secret-guess", "the given candidate secret", guess, "guess"))
+        near += _near_misses(guess, "candidate", "guess-", rng) if len(guess) >= 2 else []
+    if known and len(known) >= 2:
+        near += _near_misses(known, "real secret", "", rng)
+    for name, description, value in near:
+        if value != known:
+            out.append(_secret_variant(name, description, value, name.removeprefix("secret-")))
+    out.append(
+        variant(
+            "secret-duplicate",
+            "a plain TEXT then a wrong secret, as two fields",
+            b"TEXT",
+            _secret_value(random_secret(length, rng)),
+            shown=(f"{OPTIN.decode()}: TEXT", f"{OPTIN.decode()}: TEXT; secret=<wrong>"),
+        )
+    )
+    return out
+
+
+def _vector(v: Variant, identity: Identity, protocol: Protocol, path: str, group: str) -> Vector:
+    where = "" if path == DEFAULT_PATH else f" {path}"
+    return Vector(
+        name=f"{group}:{v.name}/{identity.name}/{protocol}{where}",
+        description=f"{v.description}; {identity.description}; {protocol}",
+        identity=identity.name,
+        protocol=protocol,
+        path=path,
+        headers=v.fields,
+        shown=v.shown,
+        group=group,
+        variant=v.name,
+    )
+
+
+def build_vectors(
+    paths: Sequence[str],
+    identities: Sequence[Identity],
+    *,
+    secret_guess: str | None = None,
+    known_secret: str | None = None,
+    seed: int | None = None,
+) -> list[Vector]:
+    """Every vector of one audit, in order (pure apart from the random wrong secrets)."""
+    rng = random.Random(seed)
+    first = paths[0] if paths else DEFAULT_PATH
+    out: list[Vector] = []
+    for identity in identities:
+        for protocol in TLS_PROTOCOLS:
+            out.append(_vector(TEXT, identity, protocol, first, "identity"))
+    for v in header_variants():
+        for protocol in TLS_PROTOCOLS:
+            out.append(_vector(v, NO_CERT, protocol, first, "header"))
+    for v in secret_variants(secret_guess, known_secret, rng):
+        for protocol in TLS_PROTOCOLS:
+            out.append(_vector(v, NO_CERT, protocol, first, "secret"))
+    for path in paths[1:]:
+        for v in (NO_OPT_IN, TEXT):
+            for protocol in TLS_PROTOCOLS:
+                out.append(_vector(v, NO_CERT, protocol, path, "path"))
+    for protocol in ("h2c", "http/1.1-cleartext"):
+        out.append(_vector(TEXT, NO_CERT, protocol, first, "cleartext"))  # type: ignore[arg-type]
+    return out
+
+
+def control_vectors(
+    path: str, lb_identity: Identity | None, lb_secret: str | None, header_only: bool = False
+) -> list[Vector]:
+    """The positive control: the load balancer's own credentials must get a report (with ``header_only``, the
+    bare opt-in is the load balancer's whole credential: KEP option 1)."""
+    out = [_vector(TEXT, NO_CERT, "h2", path, "control")] if header_only else []
+    if lb_identity is not None:
+        out.append(_vector(TEXT, lb_identity, "h2", path, "control"))
+    if lb_secret is not None:
+        v = _secret_variant("secret", "the load balancer's secret", lb_secret, "redacted")
+        out.append(_vector(v, NO_CERT, "h2", path, "control"))
+    return out

@@ -1,0 +1,275 @@
+"""HTTP/2 and HTTP/1.1 over TLS on hypercorn, with the ASGI TLS extension hypercorn lacks.
+
+The integration is one subclass: hypercorn's asyncio ``TCPServer`` is constructed once per accepted
+connection, after the TLS handshake, with the stream writer. Our subclass reads the peer's certificate chain
+there and wraps the application so every request of that connection carries
+``scope["extensions"]["tls"]``. It is installed only while ``serve`` runs, and pinned to hypercorn 0.18.0.
+
+The handshake follows kube-apiserver where Python's ssl allows: a client certificate is requested (with the
+union of --client-ca-file and --requestheader-client-ca-file as trust anchors) but not required, and its
+validity period is not checked in the handshake (the front-proxy check does that per request). Unlike Go,
+OpenSSL cannot be told to accept a certificate from an unknown CA or one whose ExtKeyUsage excludes
+clientAuth: such handshakes fail, which refuses the report all the same.
+"""
+
+from __future__ import annotations
+
+import _ssl
+import asyncio
+import contextlib
+import importlib.metadata
+import logging
+import random
+import ssl
+from collections.abc import Awaitable, Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import hypercorn.asyncio.run as hypercorn_run
+from cryptography import x509
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.asyncio.tcp_server import TCPServer
+from hypercorn.config import Config
+from hypercorn.events import RawData
+from hyperframe.frame import GoAwayFrame
+
+from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
+
+log = logging.getLogger("secure_orca.server")
+HYPERCORN_VERSION = "0.18.0"
+# OpenSSL's X509_V_FLAG_NO_CHECK_TIME: leave validity to the per-request front-proxy check, as Go does.
+_NO_CHECK_TIME = 0x200000
+_ENCODING_DER = _ssl.ENCODING_DER
+MAX_STREAM_ID = 2**31 - 1
+GOAWAY_GRACE = 1.0  # seconds between the GOAWAY notice and the real one: well over a round trip, as Go's server
+DRAIN_LIMIT = 60.0  # seconds accepted streams may take to finish after the real GOAWAY
+_TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
+
+
+def peer_chain_der(ssl_object: ssl.SSLObject) -> list[bytes]:
+    """The chain the client presented, leaf first. Python 3.11 exposes only the leaf publicly; the
+    private ``get_unverified_chain`` (public from 3.13) adds the intermediates where present."""
+    leaf = ssl_object.getpeercert(binary_form=True)
+    if not leaf:
+        return []
+    inner = getattr(ssl_object, "_sslobj", None)
+    getter = getattr(ssl_object, "get_unverified_chain", None) or getattr(inner, "get_unverified_chain", None)
+    if getter is not None:
+        chain = getter() or []
+        ders = [c if isinstance(c, bytes) else c.public_bytes(_ENCODING_DER) for c in chain]
+        if ders and ders[0] == leaf:
+            return ders
+    return [leaf]
+
+
+def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[str, Any] | None:
+    """The ASGI TLS extension (asgiref specs/tls.rst v0.2) for one connection."""
+    if ssl_object is None:
+        return None
+    chain = peer_chain_der(ssl_object)
+    certs = [x509.load_der_x509_certificate(der) for der in chain]
+    pems = [ssl.DER_cert_to_PEM_cert(der) for der in chain]
+    cipher = ssl_object.cipher()
+    return {
+        "server_cert": None,
+        "client_cert_chain": pems,
+        "client_cert_name": certs[0].subject.rfc4514_string() if certs else None,
+        "client_cert_error": None,
+        "tls_version": _TLS_VERSIONS.get(ssl_object.version() or ""),
+        "cipher_suite": None,
+        "cipher_name": cipher[0] if cipher else None,  # not in the spec: hypercorn cannot give the IANA id
+    }
+
+
+class ConnectionApp:
+    """Hypercorn's app wrapper for one connection: adds the TLS extension to every request scope, and rotates
+    the connection gracefully after ``max_requests`` requests or, per HTTP/2 request, with ``goaway_chance``
+    (kube-apiserver's --goaway-chance), so that a load balancer can rebalance long-lived connections."""
+
+    def __init__(self, inner: Any, tls: dict[str, Any] | None, server: TLSAwareTCPServer) -> None:
+        self.inner = inner
+        self.tls = tls
+        self.server = server
+        self.requests = 0
+        self.memo = ConnectionMemo()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, *args: Any) -> Any:
+        if scope["type"] != "http":
+            return await self.inner(scope, receive, send, *args)
+        extensions = {**scope.get("extensions", {}), CONNECTION_KEY: self.memo}
+        if self.tls is not None:
+            extensions["tls"] = self.tls
+        scope["extensions"] = extensions
+        self.requests += 1
+        config = self.server.config
+        rotate = self.requests >= config.rotate_after_requests
+        if scope.get("http_version") == "2":
+            if rotate or (config.goaway_chance and random.random() < config.goaway_chance):
+                await self.server.graceful_goaway()
+        elif rotate:
+            send = _closing(send)
+        return await self.inner(scope, receive, send, *args)
+
+
+def _closing(send: Any) -> Any:
+    """An HTTP/1.1 response that closes the connection after it is sent."""
+
+    async def wrapped(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+        await send(message)
+
+    return wrapped
+
+
+class TLSAwareTCPServer(TCPServer):
+    """hypercorn's TCPServer, reading the peer certificate once per connection (after the handshake), and able
+    to close an HTTP/2 connection gracefully as RFC 9113 section 6.8 describes: a GOAWAY notice (last stream id
+    2^31-1: no new streams, please), one grace period for streams already on their way, then a GOAWAY with the
+    real last stream id (later streams refused with REFUSED_STREAM, safe to retry), every accepted stream
+    answered in full, and a final GOAWAY once the last frame is on the wire."""
+
+    def __init__(self, app: Any, loop: Any, config: Any, context: Any, state: Any, reader: Any, writer: Any):
+        try:
+            tls = tls_extension(writer.get_extra_info("ssl_object"))
+        except Exception as error:  # never fail a connection here: it just gets no identity
+            log.warning("cannot read the client certificate (%s); treating it as absent", type(error).__name__)
+            tls = {"client_cert_chain": [], "client_cert_error": type(error).__name__}
+        super().__init__(ConnectionApp(app, tls, self), loop, config, context, state, reader, writer)
+        self.goaway_last_stream: int | None = None
+        self._goaway: asyncio.Task[None] | None = None
+
+    def _h2(self) -> tuple[Any, h2.connection.H2Connection] | None:
+        protocol = getattr(self.protocol, "protocol", None)
+        connection = getattr(protocol, "connection", None)
+        return (protocol, connection) if isinstance(connection, h2.connection.H2Connection) else None
+
+    async def _send_goaway(self, last_stream_id: int) -> None:
+        frame = GoAwayFrame(0, last_stream_id=last_stream_id, error_code=0)
+        with contextlib.suppress(ConnectionError, RuntimeError, AttributeError):  # closed meanwhile
+            await super().protocol_send(RawData(frame.serialize()))
+
+    async def graceful_goaway(self) -> None:
+        """Start the graceful close (once per connection); returns after the notice is sent."""
+        found = self._h2()
+        if self._goaway is not None or found is None:
+            return
+        self._goaway = asyncio.get_running_loop().create_task(self._complete_goaway(*found))
+        await self._send_goaway(MAX_STREAM_ID)
+
+    async def _complete_goaway(self, protocol: Any, connection: h2.connection.H2Connection) -> None:
+        await asyncio.sleep(GOAWAY_GRACE)
+        last = connection.highest_inbound_stream_id
+        self.goaway_last_stream = last
+        create_stream = protocol._create_stream
+
+        async def refuse_later_streams(request: h2.events.RequestReceived) -> None:
+            if request.stream_id > last:
+                with contextlib.suppress(h2.exceptions.ProtocolError):  # the client may have reset it already
+                    connection.reset_stream(request.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            else:
+                await create_stream(request)
+
+        protocol._create_stream = refuse_later_streams
+        await self._send_goaway(last)
+        # Close only once every stream's last frame is on the wire (h2 counts it closed): sooner would cut
+        # responses still being sent. Then the client closes, or hypercorn's idle timeout does.
+        deadline = asyncio.get_running_loop().time() + DRAIN_LIMIT
+        while connection.open_inbound_streams and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        if connection.state_machine.state == h2.connection.ConnectionState.CLOSED or self.writer.is_closing():
+            return  # the client closed first, as it should once every stream is done
+        connection.close_connection(last_stream_id=last)
+        with contextlib.suppress(ConnectionError, RuntimeError, AttributeError):
+            await super().protocol_send(RawData(connection.data_to_send()))
+
+    async def _close(self) -> None:
+        if self._goaway is not None:
+            self._goaway.cancel()
+        # asyncio raises this when the peer sends after our close_notify; the connection is over either way.
+        with contextlib.suppress(ssl.SSLError):
+            await super()._close()
+
+
+@contextmanager
+def _tls_aware_hypercorn() -> Any:
+    if hypercorn_run.TCPServer is not TCPServer:
+        raise RuntimeError("hypercorn's TCPServer is already replaced")
+    hypercorn_run.TCPServer = TLSAwareTCPServer  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        hypercorn_run.TCPServer = TCPServer  # type: ignore[misc]
+
+
+def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SSLContext:
+    """TLS 1.2+ server context with ALPN h2 and http/1.1, requesting (not requiring) a client certificate."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_COMPRESSION
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    context.load_cert_chain(cert, key)
+    if client_cas:
+        for ca in client_cas:
+            context.load_verify_locations(cafile=str(ca))
+        context.verify_mode = ssl.CERT_OPTIONAL
+        context.verify_flags |= _NO_CHECK_TIME
+    else:
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+@dataclass
+class ServerOptions:
+    host: str
+    port: int
+    context: ssl.SSLContext
+    max_requests_per_connection: int = 1000
+    goaway_chance: float = 0.0
+    graceful_timeout: float = 10.0
+    access_log: bool = False
+
+
+class _Config(Config):
+    """hypercorn Config serving our prepared SSLContext."""
+
+    def __init__(self, context: ssl.SSLContext, rotate_after_requests: int, goaway_chance: float) -> None:
+        super().__init__()
+        self._context = context
+        self.rotate_after_requests = rotate_after_requests
+        self.goaway_chance = goaway_chance
+        self.keep_alive_max_requests = 2**62  # rotation is ours: graceful, unlike hypercorn's own
+        self.certfile = "unused"  # marks TLS as enabled; the context comes from create_ssl_context
+        self.keyfile = "unused"
+
+    def create_ssl_context(self) -> ssl.SSLContext:
+        return self._context
+
+
+def bind_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def serve(
+    app: Callable[..., Awaitable[None]],
+    options: ServerOptions,
+    shutdown_trigger: Callable[[], Awaitable[Any]],
+) -> None:
+    """Serve ``app`` until ``shutdown_trigger`` returns."""
+    installed = importlib.metadata.version("hypercorn")
+    if installed != HYPERCORN_VERSION:
+        log.warning("secure_orca is tested with hypercorn %s, not %s", HYPERCORN_VERSION, installed)
+    config = _Config(options.context, options.max_requests_per_connection, options.goaway_chance)
+    config.bind = [bind_address(options.host, options.port)]
+    config.alpn_protocols = ["h2", "http/1.1"]
+    config.graceful_timeout = options.graceful_timeout
+    config.accesslog = logging.getLogger("secure_orca.access") if options.access_log else None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    with _tls_aware_hypercorn():
+        await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger)  # type: ignore[arg-type]

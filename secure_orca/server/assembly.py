@@ -1,0 +1,86 @@
+"""Assembly of everything `serve` runs from a validated ServeConfig (also used in process by the benchmarks)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from secure_orca.server import demo
+from secure_orca.server.adapter import ServerOptions, make_server_context, serve
+from secure_orca.server.config import ServeConfig
+from secure_orca.server.metrics import Metrics
+from secure_orca.server.middleware import ASGIApp, Authority, LoadReportMiddleware
+from secure_orca.server.proxy import ProxyApp
+from secure_orca.server.reload import Reloader
+from secure_orca.server.sampler import Sampler
+
+
+@dataclass
+class Server:
+    """Everything ``serve`` runs, assembled from a ServeConfig (also used in process by the benchmarks)."""
+
+    config: ServeConfig
+    sampler: Sampler
+    app: LoadReportMiddleware
+    proxy: ProxyApp | None
+    options: ServerOptions
+    reloader: Reloader
+    metrics: Metrics | None
+
+    @classmethod
+    def assemble(cls, config: ServeConfig, verbose: bool = False) -> Server:
+        sampler = Sampler(config.interval, decimals=config.decimals)
+        app, proxy = build_app(config, sampler)
+        metrics = None
+        if config.metrics_address:
+            metrics = Metrics(sampler, lambda: verifications(app))
+            app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
+        files = config.files
+        trust = [p for p in (files.client_ca, files.requestheader_ca) if p]
+        context = make_server_context(files.cert, files.key, trust)
+        reloader = Reloader(files, context, app, config.policy.modes, metrics.on_reload if metrics else None)
+        options = ServerOptions(
+            host=config.host,
+            port=config.port,
+            context=context,
+            max_requests_per_connection=config.max_requests,
+            goaway_chance=config.goaway_chance,
+            access_log=verbose,
+        )
+        return cls(config, sampler, app, proxy, options, reloader, metrics)
+
+    async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
+        """Serve until ``shutdown_trigger`` returns; the sampler and the reloader run on this loop."""
+        if self.config.enabled:
+            self.sampler.start()
+        reloading = asyncio.create_task(self.reloader.run(self.config.reload_interval))
+        try:
+            await serve(self.app, self.options, shutdown_trigger)
+        finally:
+            reloading.cancel()
+            self.sampler.stop()
+            if self.proxy is not None:
+                await self.proxy.aclose()
+
+def verifications(app: LoadReportMiddleware) -> int:
+    """Client chains verified so far by the trust in force."""
+    chains = app.authority.chains
+    return chains.verifier.verifications if chains else 0
+
+def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddleware, ProxyApp | None]:
+    """The middleware around the demo backend (or the proxy in front of it)."""
+    inner: ASGIApp = demo.app
+    proxy = None
+    if config.routes:
+        proxy = ProxyApp(config.routes, demo.app, config.proxy_timeout)
+        inner = proxy
+    middleware = LoadReportMiddleware(
+        inner,
+        enabled=config.enabled,
+        authority=Authority.build(config.policy, config.verifier),
+        sampler=sampler,
+        attach=config.attach,
+    )
+    return middleware, proxy

@@ -1,0 +1,180 @@
+"""ASGI middleware: the only place a load report enters a response.
+
+For every HTTP request it removes the opt-in header before the application (or a proxied backend) sees it,
+removes ``endpoint-load-metrics`` and ``endpoint-load-metrics-bin`` from whatever the application returns
+(headers and trailers), and appends the sampler's cached header tuple only when the feature is on and the
+policy grants it. The client identity comes from the ASGI TLS extension, ``scope["extensions"]["tls"]``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography import x509
+
+from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
+from secure_orca.authz.policy import DECISIONS, Decision, Policy
+from secure_orca.authz.reasons import Reason
+from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
+from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
+from secure_orca.server.sampler import Sampler
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+FEATURE_OFF = DECISIONS[Reason.FEATURE_OFF]
+NO_OPT_IN = DECISIONS[Reason.NO_OPT_IN]
+_CACHE_SIZE = 4096
+CONNECTION_KEY = "secure_orca.connection"  # scope["extensions"] key of the per-connection ConnectionMemo
+ATTACH_MODES = ("every-response", "once-per-sample")
+
+
+class ConnectionMemo:
+    """Per-connection memory (the server puts one in every request scope of a connection): the report tuple
+    last attached on it, so ``once-per-sample`` can skip repeats that HPACK would still pay for."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: tuple[bytes, bytes] | None = None
+
+
+def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
+    """Headers without ORCA fields (names compared case-insensitively), and how many were removed."""
+    kept = [h for h in headers if h[0].lower() not in _ORCA]
+    return kept, len(headers) - len(kept)
+
+
+class ChainCache:
+    """Front-proxy results keyed by the presented chain (PEM strings), so a chain is verified at most once
+    per connection however many requests it carries. Bound to one verifier: new CAs mean a new cache."""
+
+    def __init__(self, verifier: FrontProxyVerifier) -> None:
+        self.verifier = verifier
+        self._results: dict[tuple[str, ...], FrontProxyResult] = {}
+
+    def lookup(self, chain: tuple[str, ...], now: dt.datetime) -> FrontProxyResult:
+        result = self._results.get(chain)
+        if result is None:
+            try:
+                certs = [x509.load_pem_x509_certificate(pem.encode()) for pem in chain]
+            except ValueError:
+                result = FrontProxyResult(False, Reason.UNTRUSTED_CA)
+            else:
+                result = self.verifier.verify(certs, now)
+            if len(self._results) >= _CACHE_SIZE:
+                self._results.pop(next(iter(self._results)))
+            self._results[chain] = result
+        return result
+
+
+@dataclass(frozen=True)
+class Authority:
+    """The policy and the front-proxy trust in force; replaced whole when credentials are reloaded."""
+
+    policy: Policy
+    chains: ChainCache | None = None
+
+    @classmethod
+    def build(cls, policy: Policy, verifier: FrontProxyVerifier | None) -> Authority:
+        return cls(policy, ChainCache(verifier) if verifier is not None else None)
+
+
+class LoadReportMiddleware:
+    """Wraps an ASGI app; ``enabled`` is the feature gate AND --enable-endpoint-load-metrics.
+
+    ``on_decision`` is called for every request that carries the opt-in (never for the others), and
+    ``on_stripped`` with the number of ORCA headers removed from an application's response.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        enabled: bool,
+        authority: Authority,
+        sampler: Sampler,
+        on_decision: Callable[[Decision], None] | None = None,
+        on_stripped: Callable[[int], None] | None = None,
+        attach: str = "every-response",
+    ) -> None:
+        if attach not in ATTACH_MODES:
+            raise ValueError(f"attach mode must be one of {ATTACH_MODES}")
+        self.once_per_sample = attach == "once-per-sample"
+        self.app = app
+        self.enabled = enabled
+        self.authority = authority
+        self.sampler = sampler
+        self.on_decision = on_decision
+        self.on_stripped = on_stripped
+
+    def decide(self, scope: Scope, optin_values: list[bytes]) -> Decision:
+        if not self.enabled:
+            return FEATURE_OFF
+        authority = self.authority  # one read: a reload swaps policy and trust together
+        now = dt.datetime.now(dt.UTC)
+        tls = scope.get("extensions", {}).get("tls") or {}
+        chain = tls.get("client_cert_chain")
+        identity = authority.chains.lookup(tuple(chain), now) if chain and authority.chains else NO_CERTIFICATE
+        return authority.policy.decide(optin_values, identity, now)
+
+    def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
+        """In once-per-sample mode, whether this connection has not had this sample yet (and now has)."""
+        if not self.once_per_sample:
+            return True
+        memo = scope.get("extensions", {}).get(CONNECTION_KEY)
+        if memo is None:
+            return True
+        if memo.last is header:
+            return False
+        memo.last = header
+        return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = scope["headers"]
+        optin_values = [value for name, value in headers if name.lower() == OPTIN]
+        if optin_values:
+            scope = dict(scope, headers=[h for h in headers if h[0].lower() != OPTIN])
+        granted = NO_OPT_IN
+        if optin_values:
+            granted = self.decide(scope, optin_values)
+            if self.on_decision is not None:
+                self.on_decision(granted)
+        counters = self.sampler.counters
+        counters.in_flight += 1
+
+        async def send_filtered(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start" or kind == "http.response.trailers":
+                headers = message.get("headers", ())
+                attach = None
+                if kind == "http.response.start":
+                    status = message["status"]
+                    if status == 429 or status >= 500:
+                        counters.errors += 1
+                    header = self.sampler.header
+                    if granted.attach and header is not None and self._fresh(scope, header):
+                        attach = header
+                if attach is not None or any(name.lower() in _ORCA for name, _ in headers):
+                    kept, removed = strip_orca(list(headers))
+                    if removed and self.on_stripped is not None:
+                        self.on_stripped(removed)
+                    if attach is not None:
+                        kept.append(attach)
+                    message = dict(message, headers=kept)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_filtered)
+        finally:
+            counters.in_flight -= 1
+            counters.requests += 1
