@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from secure_orca.errors import UsageError
+from secure_orca.errors import SecureOrcaError
 
 COMMANDS: dict[str, str] = {
     "evaluate": "secure_orca.cli.evaluate",
@@ -21,8 +21,6 @@ COMMANDS: dict[str, str] = {
     "envoy-config": "secure_orca.cli.envoy",
     "hpack": "secure_orca.cli.hpack",
 }
-
-
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))
-    except UsageError as error:
+    except SecureOrcaError as error:
         print(f"secure-orca {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

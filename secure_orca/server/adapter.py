@@ -3,7 +3,8 @@
 The integration is one subclass: hypercorn's asyncio ``TCPServer`` is constructed once per accepted
 connection, after the TLS handshake, with the stream writer. Our subclass reads the peer's certificate chain
 there and wraps the application so every request of that connection carries
-``scope["extensions"]["tls"]``. It is installed only while ``serve`` runs, and pinned to hypercorn 0.18.0.
+``scope["extensions"]["tls"]``. We own the accept path (no process-wide patching), the graceful close is an
+explicit state machine (``TRANSITIONS``), and any hypercorn other than 0.18.0 refuses to start.
 
 The handshake follows kube-apiserver where Python's ssl allows: a client certificate is requested (with the
 union of --client-ca-file and --requestheader-client-ca-file as trust anchors) but not required, and its
@@ -22,8 +23,8 @@ import logging
 import random
 import ssl
 from collections.abc import Awaitable, Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,17 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
-import hypercorn.asyncio.run as hypercorn_run
 from cryptography import x509
-from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.asyncio.tcp_server import TCPServer
+from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config
 from hypercorn.events import RawData
+from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.h2 import H2Protocol
 from hyperframe.frame import GoAwayFrame
 
+from secure_orca.errors import SecureOrcaError
 from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 
 log = logging.getLogger("secure_orca.server")
@@ -128,12 +132,54 @@ def _closing(send: Any) -> Any:
     return wrapped
 
 
+class Phase(Enum):
+    """Where a connection is in its graceful close (RFC 9113 section 6.8)."""
+
+    OPEN = "open"
+    NOTICE_SENT = "notice-sent"  # GOAWAY with last stream id 2^31-1: no new streams, please
+    LAST_STREAM_SENT = "last-stream-sent"  # GOAWAY with the real last stream id; later streams refused
+    CLOSED = "closed"  # final GOAWAY sent once every accepted stream was answered, or the peer closed first
+
+
+class Step(Enum):
+    ROTATE = "rotate"  # the request limit or --goaway-chance asked for a new connection
+    GRACE_ELAPSED = "grace-elapsed"  # GOAWAY_GRACE after the notice: streams on their way have arrived
+    DRAINED = "drained"  # every accepted stream's last frame is on the wire (or DRAIN_LIMIT passed)
+    PEER_CLOSED = "peer-closed"  # the client or the transport ended the connection
+
+
+# Every allowed transition, in one place; any other (phase, step) pair is ignored.
+TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
+    (Phase.OPEN, Step.ROTATE): Phase.NOTICE_SENT,
+    (Phase.NOTICE_SENT, Step.GRACE_ELAPSED): Phase.LAST_STREAM_SENT,
+    (Phase.LAST_STREAM_SENT, Step.DRAINED): Phase.CLOSED,
+    (Phase.OPEN, Step.PEER_CLOSED): Phase.CLOSED,
+    (Phase.NOTICE_SENT, Step.PEER_CLOSED): Phase.CLOSED,
+    (Phase.LAST_STREAM_SENT, Step.PEER_CLOSED): Phase.CLOSED,
+}
+
+
+class GracefulClose:
+    """The graceful-close state machine of one HTTP/2 connection (pure: the adapter performs the actions)."""
+
+    def __init__(self) -> None:
+        self.phase = Phase.OPEN
+
+    def advance(self, step: Step) -> bool:
+        """Take ``step`` if the table allows it from the current phase; returns whether it was taken."""
+        following = TRANSITIONS.get((self.phase, step))
+        if following is None:
+            return False
+        self.phase = following
+        return True
+
+
 class TLSAwareTCPServer(TCPServer):
-    """hypercorn's TCPServer, reading the peer certificate once per connection (after the handshake), and able
-    to close an HTTP/2 connection gracefully as RFC 9113 section 6.8 describes: a GOAWAY notice (last stream id
-    2^31-1: no new streams, please), one grace period for streams already on their way, then a GOAWAY with the
-    real last stream id (later streams refused with REFUSED_STREAM, safe to retry), every accepted stream
-    answered in full, and a final GOAWAY once the last frame is on the wire."""
+    """hypercorn's per-connection TCPServer, reading the peer certificate once per connection (after the
+    handshake), and closing an HTTP/2 connection gracefully as the ``GracefulClose`` table says: a GOAWAY notice,
+    one grace period for streams already on their way, a GOAWAY with the real last stream id (later streams are
+    refused with REFUSED_STREAM, safe to retry), every accepted stream answered in full, and a final GOAWAY once
+    the last frame is on the wire."""
 
     def __init__(self, app: Any, loop: Any, config: Any, context: Any, state: Any, reader: Any, writer: Any):
         try:
@@ -143,28 +189,34 @@ class TLSAwareTCPServer(TCPServer):
             tls = {"client_cert_chain": [], "client_cert_error": type(error).__name__}
         super().__init__(ConnectionApp(app, tls, self), loop, config, context, state, reader, writer)
         self.goaway_last_stream: int | None = None
+        self.close_state = GracefulClose()
         self._goaway: asyncio.Task[None] | None = None
 
-    def _h2(self) -> tuple[Any, h2.connection.H2Connection] | None:
-        protocol = getattr(self.protocol, "protocol", None)
-        connection = getattr(protocol, "connection", None)
-        return (protocol, connection) if isinstance(connection, h2.connection.H2Connection) else None
+    def _h2(self) -> H2Protocol | None:
+        """The connection's HTTP/2 protocol, or None (HTTP/1.1, or not started yet)."""
+        wrapper = self.__dict__.get("protocol")  # set by TCPServer.run once the connection starts
+        inner = wrapper.protocol if isinstance(wrapper, ProtocolWrapper) else None
+        return inner if isinstance(inner, H2Protocol) else None
 
-    async def _send_goaway(self, last_stream_id: int) -> None:
-        frame = GoAwayFrame(0, last_stream_id=last_stream_id, error_code=0)
-        with contextlib.suppress(ConnectionError, RuntimeError, AttributeError):  # closed meanwhile
-            await super().protocol_send(RawData(frame.serialize()))
+    async def _send_raw(self, data: bytes) -> None:
+        if self.close_state.phase is Phase.CLOSED or self.writer.is_closing():
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):  # the transport closed meanwhile
+            await super().protocol_send(RawData(data))
 
     async def graceful_goaway(self) -> None:
         """Start the graceful close (once per connection); returns after the notice is sent."""
-        found = self._h2()
-        if self._goaway is not None or found is None:
+        protocol = self._h2()
+        if protocol is None or not self.close_state.advance(Step.ROTATE):
             return
-        self._goaway = asyncio.get_running_loop().create_task(self._complete_goaway(*found))
-        await self._send_goaway(MAX_STREAM_ID)
+        self._goaway = asyncio.get_running_loop().create_task(self._complete_goaway(protocol))
+        await self._send_raw(GoAwayFrame(0, last_stream_id=MAX_STREAM_ID, error_code=0).serialize())
 
-    async def _complete_goaway(self, protocol: Any, connection: h2.connection.H2Connection) -> None:
+    async def _complete_goaway(self, protocol: H2Protocol) -> None:
+        connection = protocol.connection
         await asyncio.sleep(GOAWAY_GRACE)
+        if not self.close_state.advance(Step.GRACE_ELAPSED):
+            return
         last = connection.highest_inbound_stream_id
         self.goaway_last_stream = last
         create_stream = protocol._create_stream
@@ -176,36 +228,28 @@ class TLSAwareTCPServer(TCPServer):
             else:
                 await create_stream(request)
 
-        protocol._create_stream = refuse_later_streams
-        await self._send_goaway(last)
+        protocol._create_stream = refuse_later_streams  # type: ignore[method-assign]  # this connection only
+        await self._send_raw(GoAwayFrame(0, last_stream_id=last, error_code=0).serialize())
         # Close only once every stream's last frame is on the wire (h2 counts it closed): sooner would cut
         # responses still being sent. Then the client closes, or hypercorn's idle timeout does.
-        deadline = asyncio.get_running_loop().time() + DRAIN_LIMIT
-        while connection.open_inbound_streams and asyncio.get_running_loop().time() < deadline:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DRAIN_LIMIT
+        while connection.open_inbound_streams and loop.time() < deadline:
             await asyncio.sleep(0.02)
         if connection.state_machine.state == h2.connection.ConnectionState.CLOSED or self.writer.is_closing():
-            return  # the client closed first, as it should once every stream is done
+            self.close_state.advance(Step.PEER_CLOSED)  # the client closed first, as it should
+            return
         connection.close_connection(last_stream_id=last)
-        with contextlib.suppress(ConnectionError, RuntimeError, AttributeError):
-            await super().protocol_send(RawData(connection.data_to_send()))
+        await self._send_raw(connection.data_to_send())
+        self.close_state.advance(Step.DRAINED)
 
     async def _close(self) -> None:
+        self.close_state.advance(Step.PEER_CLOSED)
         if self._goaway is not None:
             self._goaway.cancel()
         # asyncio raises this when the peer sends after our close_notify; the connection is over either way.
         with contextlib.suppress(ssl.SSLError):
             await super()._close()
-
-
-@contextmanager
-def _tls_aware_hypercorn() -> Any:
-    if hypercorn_run.TCPServer is not TCPServer:
-        raise RuntimeError("hypercorn's TCPServer is already replaced")
-    hypercorn_run.TCPServer = TLSAwareTCPServer  # type: ignore[misc]
-    try:
-        yield
-    finally:
-        hypercorn_run.TCPServer = TCPServer  # type: ignore[misc]
 
 
 def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SSLContext:
@@ -256,20 +300,66 @@ def bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class HypercornVersionError(SecureOrcaError):
+    """The installed hypercorn is not the one whose internals this adapter was written against."""
+
+
+def check_hypercorn() -> None:
+    """Refuse to run on any hypercorn but the pinned one: this module relies on its internals."""
+    installed = importlib.metadata.version("hypercorn")
+    if installed != HYPERCORN_VERSION:
+        raise HypercornVersionError(
+            f"hypercorn {installed} is installed; secure-orca needs exactly {HYPERCORN_VERSION} "
+            f"(pip install hypercorn=={HYPERCORN_VERSION})"
+        )
+
+
 async def serve(
     app: Callable[..., Awaitable[None]],
     options: ServerOptions,
     shutdown_trigger: Callable[[], Awaitable[Any]],
 ) -> None:
-    """Serve ``app`` until ``shutdown_trigger`` returns."""
-    installed = importlib.metadata.version("hypercorn")
-    if installed != HYPERCORN_VERSION:
-        log.warning("secure_orca is tested with hypercorn %s, not %s", HYPERCORN_VERSION, installed)
+    """Serve ``app`` until ``shutdown_trigger`` returns, then let open connections finish for up to
+    ``options.graceful_timeout`` seconds. We own the accept path (asyncio.start_server) and construct our
+    TCPServer per connection; nothing in hypercorn is replaced process-wide."""
+    check_hypercorn()
     config = _Config(options.context, options.max_requests_per_connection, options.goaway_chance)
-    config.bind = [bind_address(options.host, options.port)]
     config.alpn_protocols = ["h2", "http/1.1"]
     config.graceful_timeout = options.graceful_timeout
     config.accesslog = logging.getLogger("secure_orca.access") if options.access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
-    with _tls_aware_hypercorn():
-        await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    wrapped = ASGIWrapper(app)  # type: ignore[arg-type]
+    context = WorkerContext(None)
+    state: dict[str, Any] = {}
+    connections: set[asyncio.Task[Any]] = set()
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            connections.add(task)
+            task.add_done_callback(connections.discard)
+        await TLSAwareTCPServer(wrapped, loop, config, context, state, reader, writer)
+
+    listener = await asyncio.start_server(
+        on_connection,
+        options.host,
+        options.port,
+        ssl=options.context,
+        backlog=config.backlog,
+        ssl_handshake_timeout=config.ssl_handshake_timeout,
+    )
+    port = listener.sockets[0].getsockname()[1]
+    log.info("Running on https://%s (CTRL + C to quit)", bind_address(options.host, port))
+    try:
+        await shutdown_trigger()
+    finally:
+        await context.terminated.set()  # idle connections close at once
+        listener.close()
+        await listener.wait_closed()
+        if connections:
+            _, pending = await asyncio.wait(set(connections), timeout=options.graceful_timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
