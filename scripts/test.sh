@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check secure_orca tests benchmarks
+.venv/bin/mypy secure_orca
 .venv/bin/python -m pytest -q "$@"

@@ -73,7 +73,7 @@ def _credentials(args: argparse.Namespace) -> envoy.Credentials:
         front_proxy_key=args.front_proxy_key_file or dev.front_proxy_key,
         secret_file=args.secret_file or dev.secret_file,
     )
-    needed = {
+    needed: dict[str, Path | None] = {
         "--tls-cert-file": chosen.listener_cert,
         "--tls-private-key-file": chosen.listener_key,
         "--upstream-ca-file": chosen.upstream_ca,

@@ -150,18 +150,16 @@ class Credentials:
 
     def absolute(self) -> Credentials:
         """Envoy resolves relative paths against its working directory; pin them now."""
+        def pin(path: Path | None) -> Path | None:
+            return None if path is None else Path(path).resolve()
+
         return Credentials(
-            *(
-                None if p is None else Path(p).resolve()
-                for p in (
-                    self.listener_cert,
-                    self.listener_key,
-                    self.upstream_ca,
-                    self.front_proxy_cert,
-                    self.front_proxy_key,
-                    self.secret_file,
-                )
-            )
+            listener_cert=Path(self.listener_cert).resolve(),
+            listener_key=Path(self.listener_key).resolve(),
+            upstream_ca=Path(self.upstream_ca).resolve(),
+            front_proxy_cert=pin(self.front_proxy_cert),
+            front_proxy_key=pin(self.front_proxy_key),
+            secret_file=pin(self.secret_file),
         )
 
 

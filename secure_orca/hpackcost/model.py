@@ -128,7 +128,7 @@ def samples(count: int, interval: float, seed: int, server_rps: float) -> list[L
 def quantised(report: LoadReport, decimals: int) -> LoadReport:
     """The report as a receiver sees it after ``decimals``-digit TEXT encoding."""
     values = {k: float(format_number(v, decimals)) for k, v in report.items() if "." not in k}
-    return LoadReport(**values)
+    return LoadReport.of(values)
 
 
 def published(reports: Sequence[LoadReport], threshold: float) -> list[int]:
@@ -252,8 +252,7 @@ def grid(
         for r in rates
     ]
     cells += [replace(base, rate=r, mitigation=m) for m in mitigations if m != none for r in rates]
-    seen: set[Scenario] = set()
-    return [c for c in cells if not (c in seen or seen.add(c))]
+    return list(dict.fromkeys(cells))
 
 
 def as_dict(result: CellResult) -> dict[str, object]:

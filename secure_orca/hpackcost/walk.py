@@ -17,6 +17,7 @@ import enum
 from collections import Counter, deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import hpack
 from hpack.huffman_table import decode_huffman  # no public Huffman decoder in hpack 4
@@ -407,7 +408,7 @@ class BlockCost:
         """Extra bytes of other fields because ORCA entries took room in the table (may be < 0 per block)."""
         return self.marginal - self.replay_orca_bytes
 
-    def rates(self, responses: int, seconds: float) -> dict[str, float]:
+    def rates(self, responses: int, seconds: float) -> Rates:
         """Per-response and per-second figures of these blocks (the names the model and wire results share)."""
         return {
             "marginal": self.marginal / responses,
@@ -418,6 +419,18 @@ class BlockCost:
             "orca_evictions_per_s": self.evictions_by_orca / seconds,
             "bytes_per_s": self.marginal / seconds,
         }
+
+
+class Rates(TypedDict):
+    """The per-response and per-second names CellResult and WireResult share."""
+
+    marginal: float
+    orca_bytes: float
+    eviction_cost: float
+    literals_per_s: float
+    evictions_per_s: float
+    orca_evictions_per_s: float
+    bytes_per_s: float
 
 
 @dataclass(frozen=True)

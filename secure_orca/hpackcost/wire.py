@@ -26,7 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -37,7 +37,14 @@ import h2.exceptions
 
 from secure_orca.errors import SecureOrcaError
 from secure_orca.hpackcost.model import WARMUP_CAP, CellResult, Scenario, simulate
-from secure_orca.hpackcost.walk import ORCA_FIELDS, BlockCost, ConnectionAttribution, attribute_connection, replay
+from secure_orca.hpackcost.walk import (
+    ORCA_FIELDS,
+    BlockCost,
+    ConnectionAttribution,
+    FieldRecord,
+    attribute_connection,
+    replay,
+)
 from secure_orca.orca.headers import OPTIN as OPT_IN
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
@@ -426,7 +433,9 @@ def _mean(values: Sequence[float]) -> float:
 
 def analyse(rate: float, with_opt_in: Sequence[Worker], without: Sequence[Worker]) -> WireResult:
     """Attribute the captured blocks of one phase (pure: no I/O)."""
-    cost, cost_bin, attributions, seconds, fields = BlockCost(), BlockCost(), [], 0.0, []
+    cost, cost_bin, seconds = BlockCost(), BlockCost(), 0.0
+    attributions: list[ConnectionAttribution] = []
+    fields: list[FieldRecord] = []
     achieved = []
     for worker in with_opt_in:
         steady, steady_bin, walked = _walk_worker(worker, bin_replay=True)
@@ -544,11 +553,7 @@ def run_phase(config: MeasureConfig, rate: float, progress: Progress | None = No
         duration=max(config.duration, MODEL_DURATION),
         server_rps=rate * len(workers),
     )
-    return WireResult(**{**_fields(result), "model": simulate(scenario)})
-
-
-def _fields(result: WireResult) -> dict[str, object]:
-    return {name: getattr(result, name) for name in WireResult.__dataclass_fields__}
+    return replace(result, model=simulate(scenario))
 
 
 def measure(config: MeasureConfig, progress: Progress | None = None) -> list[WireResult]:

@@ -7,6 +7,7 @@ import base64
 import math
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from secure_orca.errors import SecureOrcaError
@@ -45,6 +46,27 @@ class LoadReport:
     eps: float | None = None
     named_metrics: dict[str, float] = field(default_factory=dict)
     utilization: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        scalars: Mapping[str, float],
+        named_metrics: dict[str, float] | None = None,
+        utilization: dict[str, float] | None = None,
+    ) -> LoadReport:
+        """A report from scalar values keyed by their SCALAR_FIELDS name (other keys are an error)."""
+        unknown = set(scalars) - set(SCALAR_FIELDS)
+        if unknown:
+            raise ValueError(f"not an ORCA scalar field: {sorted(unknown)[0]}")
+        return cls(
+            cpu_utilization=scalars.get("cpu_utilization"),
+            mem_utilization=scalars.get("mem_utilization"),
+            application_utilization=scalars.get("application_utilization"),
+            rps_fractional=scalars.get("rps_fractional"),
+            eps=scalars.get("eps"),
+            named_metrics=dict(named_metrics or {}),
+            utilization=dict(utilization or {}),
+        )
 
     def items(self) -> list[tuple[str, float]]:
         """The report as TEXT keys and values, in a stable order, each value checked."""
@@ -157,7 +179,7 @@ def parse_text(value: str) -> LoadReport:
             maps[prefix][name] = number
         else:
             raise OrcaFormatError(f"unsupported metric name {key!r}")
-    return LoadReport(**scalars, **maps)
+    return LoadReport.of(scalars, named_metrics=maps["named_metrics"], utilization=maps["utilization"])
 
 
 def _split_pair(token: str) -> tuple[str, str, str]:

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import h2.connection
 import h2.errors
@@ -40,6 +40,7 @@ from hypercorn.config import Config
 from hypercorn.events import RawData
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from hyperframe.frame import GoAwayFrame
 
 from secure_orca.errors import SecureOrcaError
@@ -96,37 +97,49 @@ class ConnectionApp:
     the connection gracefully after ``max_requests`` requests or, per HTTP/2 request, with ``goaway_chance``
     (kube-apiserver's --goaway-chance), so that a load balancer can rebalance long-lived connections."""
 
-    def __init__(self, inner: Any, tls: dict[str, Any] | None, server: TLSAwareTCPServer) -> None:
+    def __init__(self, inner: AppWrapper, tls: dict[str, Any] | None, server: TLSAwareTCPServer) -> None:
         self.inner = inner
         self.tls = tls
         self.server = server
         self.requests = 0
         self.memo = ConnectionMemo()
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, *args: Any) -> Any:
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+        sync_spawn: Callable[..., Any],
+        call_soon: Callable[..., Any],
+    ) -> None:
         if scope["type"] != "http":
-            return await self.inner(scope, receive, send, *args)
-        extensions = {**scope.get("extensions", {}), CONNECTION_KEY: self.memo}
+            return await self.inner(scope, receive, send, sync_spawn, call_soon)
+        extensions: dict[str, Any] = {**(scope.get("extensions") or {}), CONNECTION_KEY: self.memo}
         if self.tls is not None:
             extensions["tls"] = self.tls
         scope["extensions"] = extensions
         self.requests += 1
-        config = self.server.config
-        rotate = self.requests >= config.rotate_after_requests
+        rotate = self.requests >= self.server.rotate_after_requests
         if scope.get("http_version") == "2":
-            if rotate or (config.goaway_chance and random.random() < config.goaway_chance):
+            chance = self.server.goaway_chance
+            if rotate or (chance and random.random() < chance):
                 await self.server.graceful_goaway()
         elif rotate:
             send = _closing(send)
-        return await self.inner(scope, receive, send, *args)
+        return await self.inner(scope, receive, send, sync_spawn, call_soon)
 
 
-def _closing(send: Any) -> Any:
+def _closing(send: ASGISendCallable) -> ASGISendCallable:
     """An HTTP/1.1 response that closes the connection after it is sent."""
 
-    async def wrapped(message: dict[str, Any]) -> None:
+    async def wrapped(message: ASGISendEvent) -> None:
         if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+            message = {
+                "type": "http.response.start",
+                "status": message["status"],
+                "headers": [*message.get("headers", ()), (b"connection", b"close")],
+                "trailers": message.get("trailers", False),
+            }
         await send(message)
 
     return wrapped
@@ -181,7 +194,18 @@ class TLSAwareTCPServer(TCPServer):
     refused with REFUSED_STREAM, safe to retry), every accepted stream answered in full, and a final GOAWAY once
     the last frame is on the wire."""
 
-    def __init__(self, app: Any, loop: Any, config: Any, context: Any, state: Any, reader: Any, writer: Any):
+    def __init__(
+        self,
+        app: AppWrapper,
+        loop: asyncio.AbstractEventLoop,
+        config: _Config,
+        context: WorkerContext,
+        state: dict[str, Any],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.rotate_after_requests = config.rotate_after_requests
+        self.goaway_chance = config.goaway_chance
         try:
             tls = tls_extension(writer.get_extra_info("ssl_object"))
         except Exception as error:  # never fail a connection here: it just gets no identity
@@ -329,7 +353,7 @@ async def serve(
     config.accesslog = logging.getLogger("secure_orca.access") if options.access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
     loop = asyncio.get_running_loop()
-    wrapped = ASGIWrapper(app)  # type: ignore[arg-type]
+    wrapped = ASGIWrapper(cast(ASGIFramework, app))  # our apps use the generic ASGI mapping types
     context = WorkerContext(None)
     state: dict[str, Any] = {}
     connections: set[asyncio.Task[Any]] = set()

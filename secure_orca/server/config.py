@@ -4,9 +4,11 @@ it names, opens no socket."""
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from secure_orca import pki
@@ -80,7 +82,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     notes: list[str] = []
     if args.tls_cert_file is None and args.tls_private_key_file is None:
         _use_dev_pki(args, notes)
-    elif args.tls_cert_file is None or args.tls_private_key_file is None:
+    cert_file: Path | None = args.tls_cert_file
+    key_file: Path | None = args.tls_private_key_file
+    if cert_file is None or key_file is None:
         raise UsageError("--tls-cert-file and --tls-private-key-file must be given together")
     if not 0 <= args.secure_port <= 65535:
         raise UsageError(f"--secure-port: {args.secure_port} is not a port number (0-65535)")
@@ -92,7 +96,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     interval = _flag("--endpoint-load-metrics-interval", lambda: parse_duration(args.endpoint_load_metrics_interval))
     if not 0.001 <= interval <= 60:
         raise UsageError("--endpoint-load-metrics-interval: must be between 1ms and 60s")
-    routes = [_flag("--proxy", lambda spec=spec: parse_proxy(spec)) for spec in args.proxy]
+    routes = [_flag("--proxy", functools.partial(parse_proxy, spec)) for spec in args.proxy]
     proxy_timeout = _flag("--proxy-timeout", lambda: parse_duration(args.proxy_timeout))
     if not 0.01 <= proxy_timeout <= 3600:
         raise UsageError("--proxy-timeout: must be between 10ms and 1h")
@@ -116,7 +120,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     if enabled and not gates.get(GATE, False):
         raise UsageError(f"--enable-endpoint-load-metrics: requires --feature-gates {GATE}=true")
     try:
-        check_key_pair(args.tls_cert_file, args.tls_private_key_file)
+        check_key_pair(cert_file, key_file)
         client_cas = load_cert_bundle(args.client_ca_file, "--client-ca-file") if args.client_ca_file else []
         fp_cas = (
             load_cert_bundle(args.requestheader_client_ca_file, "--requestheader-client-ca-file")
@@ -155,8 +159,8 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
                 "server can read its load (KEP-6315 option 1)"
             )
     files = TrustFiles(
-        cert=args.tls_cert_file,
-        key=args.tls_private_key_file,
+        cert=cert_file,
+        key=key_file,
         client_ca=args.client_ca_file,
         requestheader_ca=args.requestheader_client_ca_file,
         allowed_names_file=args.requestheader_allowed_names_file,

@@ -225,7 +225,7 @@ class Sampler:
         mem = self.sources.mem_utilization()
         if mem is not None:
             fields["mem_utilization"] = mem
-        return LoadReport(**fields, named_metrics={IN_FLIGHT_METRIC: float(max(0, c.in_flight))})
+        return LoadReport.of(fields, named_metrics={IN_FLIGHT_METRIC: float(max(0, c.in_flight))})
 
     def tick(self) -> None:
         """Sample and publish; a failure is logged and counted, and the last report stays in force."""
