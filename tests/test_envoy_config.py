@@ -1,4 +1,4 @@
-"""The generated Envoy bootstrap: structure per option and policy (pure), the YAML emitter, the CLI, and
+"""The generated Envoy bootstrap: structure per option and policy (pure), the file format, the CLI, and
 ``envoy --mode validate`` on every combination (skipped only when envoy is not installed)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 
 from secure_orca import cli, pki
 from secure_orca.envoy import bootstrap as envoy
+from secure_orca.envoy import files
 from secure_orca.envoy import launcher as lb
 from secure_orca.orca.headers import OPTIN
 
@@ -23,7 +24,7 @@ needs_envoy = pytest.mark.skipif(not lb.envoy_available(), reason="envoy not ins
 
 def config(dev: pki.DevPKI, upstreams: tuple[envoy.Upstream, ...] = UPSTREAMS, **settings: Any) -> envoy.LBConfig:
     settings.setdefault("sds_path", Path("/nonexistent/sds.yaml"))
-    return envoy.dev_config(dev, upstreams, **settings)
+    return files.dev_config(dev, upstreams, **settings)
 
 
 def hcm(bootstrap: dict[str, Any]) -> dict[str, Any]:
@@ -162,14 +163,14 @@ def test_secret_inline_uses_overwrite_and_a_private_file(dev_pki: pki.DevPKI, tm
         {"header": {"key": OPTIN, "value": f"TEXT; secret={secret}"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
     ]
     out = tmp_path / "envoy.yaml"
-    assert envoy.write(cfg, out) == [out]
+    assert files.write(cfg, out) == [out]
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert "CONTAINS THE SHARED SECRET" in out.read_text()
 
 
 def test_write_sds_delivery_writes_two_public_files(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
     out = tmp_path / "lb.yaml"
-    written = envoy.write(envoy.dev_config(dev_pki, UPSTREAMS, option="shared-secret"), out)
+    written = files.write(files.dev_config(dev_pki, UPSTREAMS, option="shared-secret"), out)
     assert written == [out, tmp_path / "lb-secret-sds.yaml"]
     secret = dev_pki.secret.read_text().strip()
     for path in written:
@@ -182,10 +183,10 @@ def test_lb_secret_file_must_hold_one_secret(dev_pki: pki.DevPKI, tmp_path: Path
     two = tmp_path / "two"
     two.write_text("a-secret-of-enough-length-1234567890\nanother-secret-of-enough-length-123456\n")
     two.chmod(0o600)
-    creds = envoy.Credentials.dev(dev_pki)
+    creds = files.dev_credentials(dev_pki)
     cfg = envoy.LBConfig(UPSTREAMS, envoy.Credentials(**{**creds.__dict__, "secret_file": two}), option="shared-secret")
     with pytest.raises(envoy.ConfigError, match="exactly one secret"):
-        envoy.write(cfg, tmp_path / "out.yaml")
+        files.write(cfg, tmp_path / "out.yaml")
 
 
 # ---- load balancing policy ------------------------------------------------------------------------------------
@@ -253,27 +254,26 @@ def test_inconsistent_settings_are_refused(dev_pki: pki.DevPKI, settings: dict[s
         envoy.build_bootstrap(config(dev_pki, upstreams, **settings))
 
 
-# ---- the YAML emitter ---------------------------------------------------------------------------------------
+# ---- the file format ------------------------------------------------------------------------------------------
 
 
-def test_yaml_quotes_what_yaml_would_misread() -> None:
-    text = envoy.to_yaml({"@type": "x", "a": ["*", "true", "1.0", "TEXT; secret=", "plain/word"], "b": {}, "c": []})
-    assert text.splitlines() == [
-        '"@type": x',
-        "a:",
-        '  - "*"',
-        '  - "true"',
-        '  - "1.0"',
-        '  - "TEXT; secret="',
-        "  - plain/word",
-        "b: {}",
-        "c: []",
-    ]
+def test_bootstrap_file_is_json_after_comment_lines(dev_pki: pki.DevPKI) -> None:
+    boot = envoy.build_bootstrap(config(dev_pki, option="header-only"))
+    text = envoy.render(boot, header="one\ntwo")
+    comments, _, body = text.partition("\n{")
+    assert comments.splitlines() == ["# one", "# two"]
+    assert json.loads("{" + body) == boot
 
 
-def test_yaml_nesting_of_lists_of_maps() -> None:
-    text = envoy.to_yaml({"l": [{"k": 1, "m": {"x": False}}, 2.5]}, header="one\ntwo")
-    assert text == "# one\n# two\nl:\n  - k: 1\n    m:\n      x: false\n  - 2.5\n"
+def test_write_leaves_no_temporary_file_and_replaces_atomically(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    out = tmp_path / "envoy.yaml"
+    out.write_text("old")
+    planted = tmp_path / ".envoy.yaml.tmp"  # the name the old writer used: a symlink here must not be followed
+    planted.symlink_to(tmp_path / "victim")
+    assert files.write(config(dev_pki, option="header-only"), out) == [out]
+    assert not (tmp_path / "victim").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".envoy.yaml.tmp", "envoy.yaml"]
+    assert "static_resources" in json.loads("{" + out.read_text().partition("\n{")[2])
 
 
 # ---- envoy --mode validate on every combination --------------------------------------------------------------
@@ -293,7 +293,7 @@ def test_envoy_validates(
     dev_pki: pki.DevPKI, tmp_path: Path, option: str, policy: str, zoned: bool, delivery: str
 ) -> None:
     out = tmp_path / "envoy.yaml"
-    cfg = envoy.dev_config(
+    cfg = files.dev_config(
         dev_pki,
         ZONED if zoned else UPSTREAMS,
         option=option,
@@ -301,8 +301,8 @@ def test_envoy_validates(
         secret_delivery=delivery,
         timing=envoy.TEST_TIMING,
     )
-    envoy.write(cfg, out)
-    ok, output = envoy.validate(out)
+    files.write(cfg, out)
+    ok, output = files.validate(out)
     assert ok, output
     assert "Unknown retry_on" not in output
 
@@ -313,8 +313,8 @@ def test_validate_rejects_a_broken_config(dev_pki: pki.DevPKI, tmp_path: Path) -
     out = tmp_path / "envoy.yaml"
     boot = envoy.build_bootstrap(config(dev_pki, option="header-only"))
     lb_policy(boot)["typed_config"]["blackout_period"] = "soon"
-    out.write_text(envoy.to_yaml(boot))
-    ok, output = envoy.validate(out)
+    out.write_text(envoy.render(boot))
+    ok, output = files.validate(out)
     assert not ok and "blackout_period" in output
 
 

