@@ -23,6 +23,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.envoy import bootstrap as envoy
+from secure_orca.envoy import files
 from secure_orca.envoy import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import report
@@ -340,7 +341,7 @@ def test_hot_node_round_robin_versus_weighted(dev_pki: pki.DevPKI) -> None:
         upstreams = [envoy.Upstream(r.host, r.port) for r in started]
         with hot_load(hot, seconds=45):
             for policy in ("round-robin", "cswrr"):
-                config = envoy.dev_config(
+                config = files.dev_config(
                     dev_pki, upstreams, policy=policy, timing=envoy.TEST_TIMING, listen_port=0, admin_port=0
                 )
                 with lb.run_envoy(config) as proxy:
