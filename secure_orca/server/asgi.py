@@ -1,11 +1,16 @@
-"""Small ASGI helpers shared by the demo backend and the proxy."""
+"""ASGI types and small helpers shared by the middleware, the demo backend and the proxy."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from secure_orca.server.middleware import Receive, Send
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 Headers = list[tuple[bytes, bytes]]
 

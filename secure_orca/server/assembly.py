@@ -9,9 +9,10 @@ from typing import Any
 
 from secure_orca.server import demo
 from secure_orca.server.adapter import ServerOptions, make_server_context, serve
+from secure_orca.server.asgi import ASGIApp
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
-from secure_orca.server.middleware import ASGIApp, Authority, LoadReportMiddleware
+from secure_orca.server.middleware import Authority, LoadReportMiddleware
 from secure_orca.server.proxy import ProxyApp
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler

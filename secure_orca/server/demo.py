@@ -8,8 +8,7 @@ import time
 import uuid
 from urllib.parse import parse_qs
 
-from secure_orca.server.asgi import respond, respond_json
-from secure_orca.server.middleware import Receive, Scope, Send
+from secure_orca.server.asgi import Receive, Scope, Send, respond, respond_json
 
 MAX_CPU_MS = 1000
 _FLOW_SCHEMA_UID = str(uuid.uuid5(uuid.NAMESPACE_URL, "secure-orca/flowschema/global-default")).encode()

@@ -9,9 +9,8 @@ policy grants it. The client identity comes from the ASGI TLS extension, ``scope
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from cryptography import x509
 
@@ -20,13 +19,8 @@ from secure_orca.authz.policy import DECISIONS, Decision, Policy
 from secure_orca.authz.reasons import Reason
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
+from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
 from secure_orca.server.sampler import Sampler
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 FEATURE_OFF = DECISIONS[Reason.FEATURE_OFF]
 NO_OPT_IN = DECISIONS[Reason.NO_OPT_IN]

@@ -12,9 +12,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import httpx
 
-from secure_orca.server.asgi import respond_json
+from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
 from secure_orca.server.flags import ProxyRoute
-from secure_orca.server.middleware import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger("secure_orca.proxy")
 HOP_BY_HOP = frozenset(

@@ -1,0 +1,85 @@
+"""The layering, read from the source: pure modules import no I/O and no shell, and only ``cli`` imports ``cli``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import secure_orca
+
+PACKAGE = Path(secure_orca.__file__).parent
+# Parsing, formats, decisions: no sockets, threads, processes, clocks or files; only other pure modules.
+PURE = (
+    "secure_orca.errors",
+    "secure_orca.orca",
+    "secure_orca.authz.reasons",
+    "secure_orca.authz.policy",
+    "secure_orca.authz.frontproxy",
+    "secure_orca.authz.secrets",
+    "secure_orca.hpackcost.walk",
+    "secure_orca.hpackcost.model",
+    "secure_orca.envoy.bootstrap",
+    "secure_orca.probe.stats",
+    "secure_orca.server.flags",
+)
+IO = {"socket", "ssl", "_ssl", "asyncio", "selectors", "threading", "subprocess", "multiprocessing", "os", "shutil",
+      "tempfile", "time", "signal", "httpx", "hypercorn", "h2", "urllib.request", "http.client"}
+ENTRY = {"secure_orca.__main__"}
+# Not listed as pure although they do no I/O themselves: probe.vectors mints look-alike certificates with
+# secure_orca.pki, a module that also writes the development PKI to disk.
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth (lazy imports inside functions included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            assert node.level == 0, f"{path}: relative import"
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+MODULES = {module_name(path): imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def is_pure(name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in PURE)
+
+
+def within(name: str, prefixes: set[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_every_pure_module_exists() -> None:
+    assert all(any(is_pure(m) and (m == p or m.startswith(p + ".")) for m in MODULES) for p in PURE)
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if is_pure(m)))
+def test_pure_modules_import_no_io_and_no_shell(name: str) -> None:
+    used = MODULES[name]
+    assert not {m for m in used if within(m, IO)}, f"{name} imports I/O"
+    ours = {m for m in used if m.startswith("secure_orca.") and m in MODULES}
+    assert all(is_pure(m) for m in ours), f"{name} imports shells: {sorted(m for m in ours if not is_pure(m))}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if not m.startswith("secure_orca.cli") and m not in ENTRY))
+def test_only_cli_imports_cli(name: str) -> None:
+    assert not {m for m in MODULES[name] if within(m, {"secure_orca.cli"})}
+
+
+def test_lazy_and_from_imports_are_seen(tmp_path: Path) -> None:
+    """A violation cannot hide in a function body or behind ``from ... import``."""
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from secure_orca import cli\n    import socket\n")
+    found = imports(source)
+    assert {"secure_orca.cli", "socket"} <= found
