@@ -22,22 +22,15 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.cli import main
-from secure_orca.hpackcost.wire import (
-    CONTINUATION,
-    END_HEADERS,
-    GOAWAY,
-    HEADERS,
-    PADDED,
-    PRIORITY,
-    HeaderCapture,
-    WireError,
-    parse_target,
-)
+from secure_orca.hpackcost.wire import HeaderCapture, WireError, parse_target
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN as OPT_IN
 from secure_orca.orca.report import DEFAULT_DECIMALS
 
 from .conftest import fp_flags
+
+HEADERS, CONTINUATION, GOAWAY = 0x1, 0x9, 0x7  # RFC 9113 frame types and flags, written out independently
+END_HEADERS, PADDED, PRIORITY = 0x4, 0x8, 0x20
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:

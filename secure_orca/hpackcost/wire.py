@@ -34,6 +34,8 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+from hyperframe.exceptions import HyperframeError
+from hyperframe.frame import ContinuationFrame, Frame, GoAwayFrame, HeadersFrame
 
 from secure_orca.errors import SecureOrcaError
 from secure_orca.hpackcost.model import WARMUP_CAP, CellResult, Scenario, simulate
@@ -53,8 +55,6 @@ from secure_orca.orca.report import DEFAULT_DECIMALS, encode_bin, parse_text
 
 USER_AGENT = b"secure-orca-hpack/0.1"
 FRAME_HEADER = 9  # RFC 9113 section 4.1
-HEADERS, CONTINUATION, GOAWAY = 0x1, 0x9, 0x7
-END_HEADERS, PADDED, PRIORITY = 0x4, 0x8, 0x20
 MAX_IN_FLIGHT = 64  # below hypercorn's 100 concurrent streams
 MAX_CONNECTIONS_PER_WORKER = 1000  # bound on reconnections after GOAWAY
 GRACE = 10.0  # seconds after the schedule to wait for the last responses
@@ -154,19 +154,21 @@ class HeaderCapture:
         self._buffer += data
         forward = bytearray()
         while len(self._buffer) >= FRAME_HEADER:
-            length = int.from_bytes(self._buffer[:3], "big")
+            frame, length = Frame.parse_frame_header(memoryview(bytes(self._buffer[:FRAME_HEADER])))
             if len(self._buffer) < FRAME_HEADER + length:
                 break
-            kind, flags = self._buffer[3], self._buffer[4]
-            stream_id = int.from_bytes(self._buffer[5:9], "big") & 0x7FFFFFFF
-            payload = bytes(self._buffer[FRAME_HEADER : FRAME_HEADER + length])
-            if kind == GOAWAY:
-                last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+            raw = bytes(self._buffer[: FRAME_HEADER + length])
+            del self._buffer[: FRAME_HEADER + length]
+            try:
+                frame.parse_body(memoryview(raw[FRAME_HEADER:]))
+            except HyperframeError as error:
+                raise WireError(f"malformed {type(frame).__name__} from the server: {error}") from None
+            if isinstance(frame, GoAwayFrame):
+                last = frame.last_stream_id
                 self.goaway_last_stream = min(last, self.goaway_last_stream or last)
             else:
-                forward += self._buffer[: FRAME_HEADER + length]
-            del self._buffer[: FRAME_HEADER + length]
-            self._frame(kind, flags, stream_id, payload, now)
+                forward += raw
+            self._frame(frame, length, now)
         return bytes(forward)
 
     @property
@@ -174,25 +176,19 @@ class HeaderCapture:
         """The server sent GOAWAY."""
         return self.goaway_last_stream is not None
 
-    def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes, now: float) -> None:
-        if kind not in (HEADERS, CONTINUATION):
+    def _frame(self, frame: Frame, length: int, now: float) -> None:
+        if not isinstance(frame, HeadersFrame | ContinuationFrame):
             return
         self.frames += 1
-        self.frame_bytes += FRAME_HEADER + len(payload)
-        if kind == HEADERS:
-            start, end = 0, len(payload)
-            if flags & PADDED and payload:
-                start, end = 1, len(payload) - payload[0]
-            if flags & PRIORITY:
-                start += 5
-            fragment = payload[start:end]
-            self.h2load_bytes += len(fragment)
-            self._pending, self._pending_stream = bytearray(fragment), stream_id
-        elif self._pending is not None and stream_id == self._pending_stream:
-            self._pending += payload
+        self.frame_bytes += FRAME_HEADER + length
+        if isinstance(frame, HeadersFrame):  # hyperframe strips padding and priority fields from .data
+            self.h2load_bytes += len(frame.data)
+            self._pending, self._pending_stream = bytearray(frame.data), frame.stream_id
+        elif self._pending is not None and frame.stream_id == self._pending_stream:
+            self._pending += frame.data
         else:
-            raise WireError(f"CONTINUATION on stream {stream_id} without a header block in progress")
-        if flags & END_HEADERS:
+            raise WireError(f"CONTINUATION on stream {frame.stream_id} without a header block in progress")
+        if "END_HEADERS" in frame.flags:
             self.blocks.append(CapturedBlock(self._pending_stream, bytes(self._pending), now))
             self._pending = None
 
