@@ -21,6 +21,7 @@ from typing import TypedDict
 
 import hpack
 from hpack.huffman_table import decode_huffman  # no public Huffman decoder in hpack 4
+from hpack.table import HeaderTable  # its STATIC_TABLE: a class attribute, not re-exported by hpack 4
 
 from secure_orca.errors import SecureOrcaError
 from secure_orca.orca.headers import ORCA_HEADERS as ORCA_FIELDS
@@ -29,72 +30,9 @@ ENTRY_OVERHEAD = 32  # RFC 7541 section 4.1
 DEFAULT_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE initial value (RFC 9113 section 6.5.2)
 _MAX_INTEGER = 1 << 32  # larger integers are rejected rather than decoded
 
-_NAMES_WITHOUT_VALUE = (
-    "accept-language",
-    "accept-ranges",
-    "accept",
-    "access-control-allow-origin",
-    "age",
-    "allow",
-    "authorization",
-    "cache-control",
-    "content-disposition",
-    "content-encoding",
-    "content-language",
-    "content-length",
-    "content-location",
-    "content-range",
-    "content-type",
-    "cookie",
-    "date",
-    "etag",
-    "expect",
-    "expires",
-    "from",
-    "host",
-    "if-match",
-    "if-modified-since",
-    "if-none-match",
-    "if-range",
-    "if-unmodified-since",
-    "last-modified",
-    "link",
-    "location",
-    "max-forwards",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "range",
-    "referer",
-    "refresh",
-    "retry-after",
-    "server",
-    "set-cookie",
-    "strict-transport-security",
-    "transfer-encoding",
-    "user-agent",
-    "vary",
-    "via",
-    "www-authenticate",
-)
-# RFC 7541 Appendix A.
-STATIC_TABLE: tuple[tuple[str, str], ...] = (
-    (":authority", ""),
-    (":method", "GET"),
-    (":method", "POST"),
-    (":path", "/"),
-    (":path", "/index.html"),
-    (":scheme", "http"),
-    (":scheme", "https"),
-    (":status", "200"),
-    (":status", "204"),
-    (":status", "206"),
-    (":status", "304"),
-    (":status", "400"),
-    (":status", "404"),
-    (":status", "500"),
-    ("accept-charset", ""),
-    ("accept-encoding", "gzip, deflate"),
-    *((name, "") for name in _NAMES_WITHOUT_VALUE),
+# RFC 7541 Appendix A, as the hpack package (the encoder of h2 and hypercorn) holds it.
+STATIC_TABLE: tuple[tuple[str, str], ...] = tuple(
+    (name.decode("ascii"), value.decode("ascii")) for name, value in HeaderTable.STATIC_TABLE
 )
 
 
