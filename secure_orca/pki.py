@@ -1,5 +1,6 @@
 """Write a development PKI: a serving CA and server certificate (localhost, 127.0.0.1, ::1), a client CA with
-a user certificate, a front-proxy CA with a CN-only ``front-proxy-client`` certificate (as kubeadm issues it),
+a user certificate, a front-proxy CA with a CN-only ``front-proxy-client`` certificate (as kubeadm issues it), a
+load-reader CA with a CN-only ``load-reader`` certificate (option 2b: reads load, asserts no identity),
 and a random shared-secret file (mode 0600). Existing files are never overwritten without --force.
 
 For development and tests only: keys are written unencrypted.
@@ -22,6 +23,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 Key = ec.EllipticCurvePrivateKey
 FRONT_PROXY_CN = "front-proxy-client"
 USER_CN = "developer"
+LOAD_READER_CN = "load-reader"  # option 2b: may read load reports, asserts no identity
 
 
 def _now() -> dt.datetime:
@@ -125,6 +127,8 @@ FILES = {
     "user": "user.crt",
     "front_proxy_ca": "front-proxy-ca.crt",
     "front_proxy_client": "front-proxy-client.crt",
+    "load_reader_ca": "load-reader-ca.crt",
+    "load_reader_client": "load-reader-client.crt",
 }
 SECRET_FILE = "endpoint-load-metrics-secret"
 
@@ -168,6 +172,7 @@ def generate(root: Path, force: bool = False) -> DevPKI:
     ca = make_ca("secure-orca-ca")
     client_ca = make_ca("secure-orca-client-ca")
     fp_ca = make_ca("front-proxy-ca")
+    lr_ca = make_ca("load-reader-ca")
     server_eku = (ExtendedKeyUsageOID.SERVER_AUTH,)
     issued = {
         "ca": ca,
@@ -176,6 +181,8 @@ def generate(root: Path, force: bool = False) -> DevPKI:
         "user": issue(client_ca, USER_CN, organization="system:developers"),
         "front_proxy_ca": fp_ca,
         "front_proxy_client": issue(fp_ca, FRONT_PROXY_CN),
+        "load_reader_ca": lr_ca,
+        "load_reader_client": issue(lr_ca, LOAD_READER_CN),
     }
     contents: dict[Path, tuple[bytes, int]] = {pki.secret: ((new_secret() + "\n").encode(), 0o600)}
     for role, item in issued.items():

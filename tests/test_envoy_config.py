@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def test_every_option_strips_orca_and_replaces_the_client_optin(dev_pki: pki.Dev
 
 
 @pytest.mark.parametrize("option", envoy.OPTIONS)
-def test_front_proxy_certificate_only_for_that_option(dev_pki: pki.DevPKI, option: str) -> None:
+def test_client_certificate_upstream_only_for_its_option(dev_pki: pki.DevPKI, option: str) -> None:
     tls = the_cluster(envoy.build_bootstrap(config(dev_pki, option=option)))["transport_socket"]["typed_config"]
     common = tls["common_tls_context"]
     assert common["validation_context"]["trusted_ca"]["filename"] == str(dev_pki.cert("ca"))
@@ -111,8 +112,10 @@ def test_front_proxy_certificate_only_for_that_option(dev_pki: pki.DevPKI, optio
     ]
     assert tls["sni"] == "localhost"
     assert common["alpn_protocols"] == ["h2"]
-    if "front-proxy" in option:
-        assert common["tls_certificates"][0]["certificate_chain"]["filename"] == str(dev_pki.cert("front_proxy_client"))
+    presented = {"front-proxy": "front_proxy_client", "load-reader": "load_reader_client"}
+    role = next((r for mode, r in presented.items() if mode in option), None)
+    if role is not None:
+        assert common["tls_certificates"][0]["certificate_chain"]["filename"] == str(dev_pki.cert(role))
     else:
         assert "tls_certificates" not in common
 
@@ -187,6 +190,53 @@ def test_lb_secret_file_must_hold_one_secret(dev_pki: pki.DevPKI, tmp_path: Path
     cfg = envoy.LBConfig(UPSTREAMS, envoy.Credentials(**{**creds.__dict__, "secret_file": two}), option="shared-secret")
     with pytest.raises(envoy.ConfigError, match="exactly one secret"):
         files.write(cfg, tmp_path / "out.yaml")
+
+
+# ---- identity: the authenticating front proxy ------------------------------------------------------------------
+
+
+def lua_of(bootstrap: dict[str, Any]) -> str:
+    (lua,) = [f for f in hcm(bootstrap)["http_filters"] if f["name"] == "envoy.filters.http.lua"]
+    return lua["typed_config"]["default_source_code"]["inline_string"]
+
+
+@pytest.mark.parametrize("option", envoy.OPTIONS)
+def test_every_option_strips_client_identity_headers(dev_pki: pki.DevPKI, option: str) -> None:
+    boot = envoy.build_bootstrap(config(dev_pki, option=option))
+    lua = lua_of(boot)
+    assert '"x-remote-user", "x-remote-group", "x-remote-uid"' in lua and '{"x-remote-extra-"}' in lua
+    names = [f["name"] for f in hcm(boot)["http_filters"]]
+    assert names.index("envoy.filters.http.lua") < names.index("envoy.filters.http.router")
+    assert hcm(boot)["common_http_protocol_options"] == {"headers_with_underscores_action": "DROP_HEADER"}
+    asserts = "front-proxy" in option
+    assert ("local authenticate = true" in lua) is asserts
+    downstream = boot["static_resources"]["listeners"][0]["filter_chains"][0]["transport_socket"]["typed_config"]
+    if asserts:
+        assert downstream["common_tls_context"]["validation_context"] == {
+            "trusted_ca": {"filename": str(dev_pki.cert("client_ca"))}
+        }
+        assert downstream["require_client_certificate"] is False  # token and anonymous clients still connect
+    else:
+        assert "validation_context" not in downstream["common_tls_context"]
+
+
+def test_configured_identity_header_names_are_stripped_and_set(dev_pki: pki.DevPKI) -> None:
+    names = envoy.IdentityHeaders(username=("X-User", "X-Remote-User"), group=("X-Groups",), extra_prefix=("X-E-",))
+    lua = lua_of(envoy.build_bootstrap(config(dev_pki, option="front-proxy", identity=names)))
+    assert '"x-user", "x-remote-user", "x-groups", "x-remote-uid"' in lua and '{"x-e-"}' in lua
+    assert 'headers:add("X-User", subject:commonName())' in lua and 'headers:add("X-Groups", group)' in lua
+
+
+@pytest.mark.parametrize("bad", ["X Remote", 'X-"User"', "", "X-User\r\nInjected: 1", "x-user:"])
+def test_identity_header_names_must_be_tokens(dev_pki: pki.DevPKI, bad: str) -> None:
+    with pytest.raises(envoy.ConfigError, match="not an HTTP header name"):
+        envoy.build_bootstrap(config(dev_pki, option="front-proxy", identity=envoy.IdentityHeaders(username=(bad,))))
+
+
+def test_without_a_client_ca_the_front_proxy_asserts_nothing(dev_pki: pki.DevPKI) -> None:
+    creds = replace(files.dev_credentials(dev_pki), client_ca=None)
+    cfg = envoy.LBConfig(UPSTREAMS, creds, option="front-proxy")
+    assert not cfg.authenticates and "local authenticate = false" in lua_of(envoy.build_bootstrap(cfg))
 
 
 # ---- load balancing policy ------------------------------------------------------------------------------------

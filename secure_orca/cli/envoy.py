@@ -1,10 +1,16 @@
-"""Write an Envoy bootstrap (YAML) that load-balances over secure-orca (or kube-apiserver) replicas using their
-ORCA load reports, for one security option of KEP-6315:
+"""Write an Envoy bootstrap (JSON, which is valid YAML) that load-balances over secure-orca (or kube-apiserver)
+replicas using their ORCA load reports, for one security option of KEP-6315:
 
   front-proxy                 present the front-proxy client certificate to the replicas
   shared-secret               send the secret in the opt-in header (endpoint-load-metrics-request)
   front-proxy,shared-secret   both (default)
   header-only                 the bare opt-in (replicas must accept header-only)
+  load-reader                 present the load-reader certificate (option 2b): load reports, no identity
+
+Every option removes the identity headers clients send (X-Remote-User, X-Remote-Group, X-Remote-Uid,
+X-Remote-Extra-*, in any letter case). With front-proxy, Envoy is kube's authenticating front proxy: it requests
+a client certificate (verified against --client-ca-file; tokens and anonymous clients still connect) and sends
+its CN as X-Remote-User and each O as X-Remote-Group. Tokens pass upstream in Authorization, unchanged.
 
 Clients' opt-in headers are replaced, ORCA response headers are removed, streams refused during connection
 rotation are retried, the admin interface listens on loopback only. Replicas with zones (HOST:PORT@ZONE) are
@@ -23,6 +29,7 @@ from secure_orca.envoy import bootstrap as envoy
 from secure_orca.envoy import files
 from secure_orca.errors import UsageError
 from secure_orca.pki import DevPKI
+from secure_orca.server.flags import parse_list
 
 HELP = "write (and validate) an Envoy bootstrap for ORCA-weighted load balancing over replicas"
 
@@ -49,6 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--front-proxy-cert-file", type=Path, help="front-proxy client certificate (default: dev front-proxy-client)")
     a("--front-proxy-key-file", type=Path, help="its key")
     a("--secret-file", type=Path, help="the one shared secret (default: the dev secret file)")
+    a("--client-ca-file", type=Path, help="CA of client (user) certificates (default: the dev client CA)")
+    a("--no-client-certificates", action="store_true", help="front-proxy: do not request client certificates")
+    a("--load-reader-cert-file", type=Path, help="load-reader client certificate (default: dev load-reader-client)")
+    a("--load-reader-key-file", type=Path, help="its key")
+    a("--requestheader-username-headers", default="X-Remote-User", help="the replicas' value (default X-Remote-User)")
+    a("--requestheader-group-headers", default="X-Remote-Group", help="the replicas' value (default X-Remote-Group)")
+    a("--requestheader-extra-headers-prefix", default="X-Remote-Extra-", help="the replicas' value")
+    a("--requestheader-uid-headers", default="X-Remote-Uid", help="the replicas' value (default X-Remote-Uid)")
     a("--secret-inline", action="store_true", help="put the secret in the bootstrap (written mode 0600)")
     a("--output", "-o", type=Path, help="write here (default: stdout; sds delivery needs a file)")
     a("--validate", action="store_true", help="run `envoy --mode validate` on the written file")
@@ -73,6 +88,9 @@ def _credentials(args: argparse.Namespace) -> envoy.Credentials:
         front_proxy_cert=args.front_proxy_cert_file or dev.front_proxy_cert,
         front_proxy_key=args.front_proxy_key_file or dev.front_proxy_key,
         secret_file=args.secret_file or dev.secret_file,
+        client_ca=None if args.no_client_certificates else args.client_ca_file or dev.client_ca,
+        load_reader_cert=args.load_reader_cert_file or dev.load_reader_cert,
+        load_reader_key=args.load_reader_key_file or dev.load_reader_key,
     )
     needed: dict[str, Path | None] = {
         "--tls-cert-file": chosen.listener_cert,
@@ -83,6 +101,10 @@ def _credentials(args: argparse.Namespace) -> envoy.Credentials:
         needed |= {"--front-proxy-cert-file": chosen.front_proxy_cert, "--front-proxy-key-file": chosen.front_proxy_key}
     if "shared-secret" in args.option:
         needed["--secret-file"] = chosen.secret_file
+    if "front-proxy" in args.option and not args.no_client_certificates:
+        needed["--client-ca-file"] = chosen.client_ca
+    if "load-reader" in args.option:
+        needed |= {"--load-reader-cert-file": chosen.load_reader_cert, "--load-reader-key-file": chosen.load_reader_key}
     for flag, path in needed.items():
         if path is None or not Path(path).is_file():
             raise UsageError(f"{flag}: {path} does not exist (run `secure-orca certs` for a development PKI)")
@@ -112,6 +134,12 @@ def build(args: argparse.Namespace) -> envoy.LBConfig:
         server_name=args.server_name,
         timing=envoy.TEST_TIMING if args.timing == "test" else envoy.PRODUCTION_TIMING,
         secret_delivery="inline" if args.secret_inline else "sds",
+        identity=envoy.IdentityHeaders(
+            username=tuple(parse_list(args.requestheader_username_headers)),
+            group=tuple(parse_list(args.requestheader_group_headers)),
+            extra_prefix=tuple(parse_list(args.requestheader_extra_headers_prefix)),
+            uid=tuple(parse_list(args.requestheader_uid_headers)),
+        ),
     )
     try:
         config.check()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
 from secure_orca.orca.optin import header_value
 
-OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only")
+OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only", "load-reader")
 POLICIES = ("cswrr", "round-robin")
 SECRET_DELIVERIES = ("sds", "inline")
 ORCA_RESPONSE_HEADERS = (HEADER, HEADER_BIN)
@@ -49,6 +50,7 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 MAX_CONCURRENT_RETRIES = 256
 
 _TYPE = "type.googleapis.com/envoy."
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token
 _CSWRR = "envoy.load_balancing_policies.client_side_weighted_round_robin"
 _LOCALITY = "envoy.load_balancing_policies.load_aware_locality"
 _ROUND_ROBIN = "envoy.load_balancing_policies.round_robin"
@@ -120,7 +122,8 @@ TEST_TIMING = Timing(blackout_period=1, weight_update_period=0.1, weight_expirat
 
 @dataclass(frozen=True)
 class Credentials:
-    """Files Envoy reads: its own serving pair, the replicas' CA, the front-proxy pair, the secret file."""
+    """Files Envoy reads: its own serving pair, the replicas' CA, the front-proxy pair, the secret file, the CA
+    of client certificates (users), and the load-reader pair (option 2b)."""
 
     listener_cert: Path
     listener_key: Path
@@ -128,6 +131,9 @@ class Credentials:
     front_proxy_cert: Path | None = None
     front_proxy_key: Path | None = None
     secret_file: Path | None = None
+    client_ca: Path | None = None
+    load_reader_cert: Path | None = None
+    load_reader_key: Path | None = None
 
     def absolute(self) -> Credentials:
         """Envoy resolves relative paths against its working directory; pin them now."""
@@ -141,7 +147,28 @@ class Credentials:
             front_proxy_cert=pin(self.front_proxy_cert),
             front_proxy_key=pin(self.front_proxy_key),
             secret_file=pin(self.secret_file),
+            client_ca=pin(self.client_ca),
+            load_reader_cert=pin(self.load_reader_cert),
+            load_reader_key=pin(self.load_reader_key),
         )
+
+
+@dataclass(frozen=True)
+class IdentityHeaders:
+    """The replicas' requestheader flags (kube-apiserver's defaults): the names the LB removes from every client
+    request and, as an authenticating front proxy, sets from the verified client certificate."""
+
+    username: tuple[str, ...] = ("X-Remote-User",)
+    group: tuple[str, ...] = ("X-Remote-Group",)
+    extra_prefix: tuple[str, ...] = ("X-Remote-Extra-",)
+    uid: tuple[str, ...] = ("X-Remote-Uid",)
+
+    def check(self) -> None:
+        if not self.username or not self.group:
+            raise ConfigError("identity headers: give at least one username and one group header")
+        for name in (*self.username, *self.group, *self.extra_prefix, *self.uid):
+            if not _TOKEN.fullmatch(name):
+                raise ConfigError(f"identity header {name!r} is not an HTTP header name")
 
 
 @dataclass(frozen=True)
@@ -159,6 +186,7 @@ class LBConfig:
     local_zone: str | None = None  # Envoy's own zone; default: the first upstream's zone
     server_name: str = "localhost"  # SNI and the DNS SAN required of the replicas' serving certificates
     timing: Timing = PRODUCTION_TIMING
+    identity: IdentityHeaders = field(default_factory=IdentityHeaders)
     secret_delivery: str = "sds"
     inline_secret: str | None = None  # the secret itself, for inline delivery (files.with_inline_secret reads it)
     sds_path: Path | None = None  # where the SDS resource for the secret lives (sds delivery)
@@ -205,6 +233,15 @@ class LBConfig:
             raise ConfigError("option front-proxy needs the front-proxy client certificate and key")
         if "shared-secret" in self.modes and creds.secret_file is None:
             raise ConfigError("option shared-secret needs the secret file")
+        if "load-reader" in self.modes and (creds.load_reader_cert is None or creds.load_reader_key is None):
+            raise ConfigError("option load-reader needs the load-reader client certificate and key")
+        self.identity.check()
+
+    @property
+    def authenticates(self) -> bool:
+        """Envoy acts as kube's authenticating front proxy: it verifies client certificates against the client
+        CA and asserts their identity upstream, where its front-proxy certificate makes the replicas believe it."""
+        return "front-proxy" in self.modes and self.credentials.client_ca is not None
 
 
 def _is_loopback(host: str) -> bool:
@@ -236,16 +273,21 @@ def _pair(cert: Path, key: Path) -> dict[str, Any]:
     return {"certificate_chain": {"filename": str(cert)}, "private_key": {"filename": str(key)}}
 
 
-def downstream_tls(creds: Credentials) -> dict[str, Any]:
-    """Clients' TLS: the LB's serving pair, ALPN h2 then http/1.1."""
-    return _typed(
-        "envoy.transport_sockets.tls",
-        "extensions.transport_sockets.tls.v3.DownstreamTlsContext",
-        common_tls_context={
-            "alpn_protocols": ["h2", "http/1.1"],
-            "tls_certificates": [_pair(creds.listener_cert, creds.listener_key)],
-        },
-    )
+def downstream_tls(config: LBConfig) -> dict[str, Any]:
+    """Clients' TLS: the LB's serving pair, ALPN h2 then http/1.1. As an authenticating proxy it also requests
+    (not requires) a client certificate, verified against the client CA: token and anonymous clients still
+    connect, as they do to kube-apiserver; a presented certificate that does not verify fails the handshake."""
+    creds = config.credentials
+    common: dict[str, Any] = {
+        "alpn_protocols": ["h2", "http/1.1"],
+        "tls_certificates": [_pair(creds.listener_cert, creds.listener_key)],
+    }
+    tls: dict[str, Any] = {"common_tls_context": common}
+    if config.authenticates:
+        assert creds.client_ca is not None
+        common["validation_context"] = {"trusted_ca": {"filename": str(creds.client_ca)}}
+        tls["require_client_certificate"] = False
+    return _typed("envoy.transport_sockets.tls", "extensions.transport_sockets.tls.v3.DownstreamTlsContext", **tls)
 
 
 def upstream_tls(config: LBConfig) -> dict[str, Any]:
@@ -262,6 +304,9 @@ def upstream_tls(config: LBConfig) -> dict[str, Any]:
     if "front-proxy" in config.modes:
         assert creds.front_proxy_cert is not None and creds.front_proxy_key is not None
         common["tls_certificates"] = [_pair(creds.front_proxy_cert, creds.front_proxy_key)]
+    elif "load-reader" in config.modes:
+        assert creds.load_reader_cert is not None and creds.load_reader_key is not None
+        common["tls_certificates"] = [_pair(creds.load_reader_cert, creds.load_reader_key)]
     tls: dict[str, Any] = {"common_tls_context": common}
     if san_type == "DNS":
         tls["sni"] = config.server_name
@@ -404,7 +449,7 @@ def http_filters(config: LBConfig) -> list[dict[str, Any]]:
             "response_trailers_mutations": [{"remove": name} for name in ORCA_RESPONSE_HEADERS],
         },
     )
-    filters = [mutations]
+    filters = [mutations, identity_filter(config)]
     if _secret_in_sds(config):
         assert config.sds_path is not None
         generic = _typed(
@@ -427,6 +472,69 @@ def http_filters(config: LBConfig) -> list[dict[str, Any]]:
     return filters
 
 
+def _lua_strings(names: Sequence[str]) -> str:
+    return ", ".join(f'"{name.lower()}"' for name in names)  # names are RFC 9110 tokens: no quoting needed
+
+
+def identity_lua(config: LBConfig) -> str:
+    """The Lua program of :func:`identity_filter` (our own, written against Envoy's documented Lua API)."""
+    ids = config.identity
+    exact = (*ids.username, *ids.group, *ids.uid)
+    return f"""-- secure-orca: identity headers for kube-apiserver's requestheader authenticator
+local exact = {{}}
+for _, name in ipairs({{{_lua_strings(exact)}}}) do exact[name] = true end
+local prefixes = {{{_lua_strings(ids.extra_prefix)}}}
+local authenticate = {"true" if config.authenticates else "false"}
+
+-- What kube reads from a header must equal what it would read from the certificate: no control characters
+-- (they cannot travel), no leading or trailing white space (HTTP would trim it), not empty.
+local function faithful(value)
+  return value ~= "" and not value:find("[%z\\1-\\31\\127]") and not value:find("^[ \\t]") and not value:find("[ \\t]$")
+end
+
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  local doomed = {{}}
+  for name, _ in pairs(headers) do
+    local lower = name:lower()
+    local drop = exact[lower]
+    for _, prefix in ipairs(prefixes) do
+      if lower:sub(1, #prefix) == prefix then drop = true end
+    end
+    if drop then doomed[#doomed + 1] = name end
+  end
+  for _, name in ipairs(doomed) do headers:remove(name) end
+  if not authenticate then return end
+  local ssl = handle:streamInfo():downstreamSslConnection()
+  if ssl == nil or not ssl:peerCertificatePresented() or not ssl:peerCertificateValidated() then return end
+  local subject = ssl:parsedSubjectPeerCertificate()
+  if subject == nil or subject:commonName() == "" then return end
+  local groups = subject:organizationName()
+  local values = {{subject:commonName()}}
+  for _, group in ipairs(groups) do values[#values + 1] = group end
+  for _, value in ipairs(values) do
+    if not faithful(value) then
+      handle:respond({{[":status"] = "400"}}, "client certificate subject cannot be forwarded faithfully\\n")
+      return
+    end
+  end
+  headers:add("{ids.username[0]}", subject:commonName())
+  for _, group in ipairs(groups) do headers:add("{ids.group[0]}", group) end
+end
+"""
+
+
+def identity_filter(config: LBConfig) -> dict[str, Any]:
+    """Remove every identity header a client sent (all names, any case, duplicates); then, as an authenticating
+    front proxy, assert the verified client certificate's identity as kube-apiserver's x509 authenticator reads
+    it: CN (the last one, as Go and Envoy both take it) is the user, each O a group."""
+    return _typed(
+        "envoy.filters.http.lua",
+        "extensions.filters.http.lua.v3.Lua",
+        default_source_code={"inline_string": identity_lua(config)},
+    )
+
+
 def listener(config: LBConfig) -> dict[str, Any]:
     hcm = _typed(
         "envoy.filters.network.http_connection_manager",
@@ -438,11 +546,13 @@ def listener(config: LBConfig) -> dict[str, Any]:
             "virtual_hosts": [{"name": "apiserver", "domains": ["*"], "routes": routes(config)}],
         },
         http_filters=http_filters(config),
+        # A header name with "_" can alias a dashed one in some servers (CGI-style); drop such headers.
+        common_http_protocol_options={"headers_with_underscores_action": "DROP_HEADER"},
     )
     return {
         "name": "ingress",
         "address": _address(config.listen_host, config.listen_port),
-        "filter_chains": [{"transport_socket": downstream_tls(config.credentials), "filters": [hcm]}],
+        "filter_chains": [{"transport_socket": downstream_tls(config), "filters": [hcm]}],
     }
 
 

@@ -57,6 +57,9 @@ def dev_credentials(pki: DevPKI) -> Credentials:
         front_proxy_cert=pki.cert("front_proxy_client"),
         front_proxy_key=pki.key("front_proxy_client"),
         secret_file=pki.secret,
+        client_ca=pki.cert("client_ca"),
+        load_reader_cert=pki.cert("load_reader_client"),
+        load_reader_key=pki.key("load_reader_client"),
     )
 
 
