@@ -1,0 +1,719 @@
+"""kube-apiserver's client-certificate verification, mirrored from Go's ``crypto/x509`` (pure: time is passed in).
+
+kube-apiserver's front-proxy authenticator (``k8s.io/apiserver/pkg/authentication/request/x509``, commit
+24a394e516bfda066d7e2221d7d92c052de27c54, go.mod ``go 1.26.0``) calls ``Certificate.Verify`` with the
+requestheader CA bundle as roots, the rest of the presented chain as intermediates and ``ExtKeyUsageClientAuth``,
+then compares ``Subject.CommonName`` with the allowed names. This module reads certificates and builds chains the
+way Go 1.26.0's ``crypto/x509`` (``parser.go``, ``verify.go``, ``constraints.go``) does, written from reading that
+source, not translated from it. ``tests/x509oracle`` runs the real Go code on the same corpus.
+
+Not mirrored (refused instead, listed in docs/x509-differential.md): certificate-policy processing when a
+certificate below the root carries policy constraints, policy mappings or inhibitAnyPolicy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+
+from secure_orca.authz import der
+from secure_orca.authz.der import Malformed, Reader
+
+COMMON_NAME = "2.5.4.3"
+EKU_ANY = "2.5.29.37.0"
+EKU_CLIENT_AUTH = "1.3.6.1.5.5.7.3.2"
+KEY_USAGE_CERT_SIGN = 1 << 5
+MAX_SIGNATURE_CHECKS = 100  # Go's maxChainSignatureChecks
+_AIA = "1.3.6.1.5.5.7.1.1"
+_SAN = "2.5.29.17"
+_NAME_CONSTRAINTS = "2.5.29.30"
+_POLICY_EXTENSIONS = frozenset({"2.5.29.33", "2.5.29.36", "2.5.29.54"})  # mappings, constraints, inhibitAnyPolicy
+_RSA, _EC, _ED25519 = "1.2.840.113549.1.1.1", "1.2.840.10045.2.1", "1.3.101.112"
+_KNOWN_KEYS = frozenset({_RSA, _EC, _ED25519, "1.3.101.110", "1.2.840.10040.4.1"})  # + X25519, DSA
+_GO_CURVES = frozenset({"1.3.132.0.33", "1.2.840.10045.3.1.7", "1.3.132.0.34", "1.3.132.0.35"})
+_HASHES: dict[str, type[hashes.HashAlgorithm]] = {
+    "2.16.840.1.101.3.4.2.1": hashes.SHA256,
+    "2.16.840.1.101.3.4.2.2": hashes.SHA384,
+    "2.16.840.1.101.3.4.2.3": hashes.SHA512,
+}
+# signature OID -> (key algorithm, hash); SHA-1 and MD5 are known to Go and refused for certificates.
+_SIGNATURES: dict[str, tuple[str, type[hashes.HashAlgorithm] | None]] = {
+    "1.2.840.113549.1.1.11": (_RSA, hashes.SHA256),
+    "1.2.840.113549.1.1.12": (_RSA, hashes.SHA384),
+    "1.2.840.113549.1.1.13": (_RSA, hashes.SHA512),
+    "1.2.840.10045.4.3.2": (_EC, hashes.SHA256),
+    "1.2.840.10045.4.3.3": (_EC, hashes.SHA384),
+    "1.2.840.10045.4.3.4": (_EC, hashes.SHA512),
+    "1.3.101.112": (_ED25519, None),
+}
+_RSA_PSS = "1.2.840.113549.1.1.10"
+_PRINTABLE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'()+,-./:=? *&")
+
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass
+class Subtrees:
+    """One side (permitted or excluded) of a name constraints extension, the forms Go enforces."""
+
+    dns: list[str] = field(default_factory=list)
+    uri: list[str] = field(default_factory=list)
+    email: list[str] = field(default_factory=list)
+    ip: list[IPNetwork] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NameConstraints:
+    permitted: Subtrees
+    excluded: Subtrees
+
+
+@dataclass
+class Extensions:
+    """What Go's processExtensions records."""
+
+    basic_constraints_valid: bool = False
+    is_ca: bool = False
+    max_path_len: int = -1
+    key_usage: int = 0
+    ext_key_usages: tuple[str, ...] = ()
+    subject_key_id: bytes = b""
+    authority_key_id: bytes = b""
+    san: bytes | None = None
+    dns_names: tuple[str, ...] = ()
+    emails: tuple[str, ...] = ()
+    ips: tuple[bytes, ...] = ()
+    uris: tuple[str, ...] = ()
+    name_constraints: NameConstraints | None = None
+    unhandled_critical: bool = False
+    policy_processing: bool = False  # carries an extension whose policy semantics are not mirrored
+
+
+@dataclass(frozen=True)
+class GoCertificate:
+    """The fields of Go's ``x509.Certificate`` that verification reads."""
+
+    raw: bytes
+    tbs: bytes
+    signature: bytes
+    signature_oid: str
+    signature_params: bytes
+    version: int
+    raw_issuer: bytes
+    raw_subject: bytes
+    raw_spki: bytes
+    key_oid: str
+    common_name: str
+    not_before: dt.datetime
+    not_after: dt.datetime
+    ext: Extensions
+
+
+# --- parsing (Go's ParseCertificate) -------------------------------------------------------------------------
+
+
+def _string(tag: int, value: bytes) -> str:
+    """An attribute value as Go's parseASN1String reads it; other string types make the certificate malformed."""
+    if tag == der.T61_STRING:
+        return value.decode("latin-1")
+    if tag == der.PRINTABLE_STRING and all(b in _PRINTABLE for b in value):
+        return value.decode("ascii")
+    if tag == der.UTF8_STRING:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Malformed("UTF8String") from None
+    if tag == der.BMP_STRING and len(value) % 2 == 0:
+        if value.endswith(b"\x00\x00"):
+            value = value[:-2]
+        units = [int.from_bytes(value[i : i + 2], "big") for i in range(0, len(value), 2)]
+        if any(u in (0xFFFE, 0xFFFF) or 0xFDD0 <= u <= 0xFDEF or 0xD800 <= u <= 0xDFFF for u in units):
+            raise Malformed("BMPString")
+        return "".join(map(chr, units))
+    if tag == der.IA5_STRING and all(b < 0x80 for b in value):
+        return value.decode("ascii")
+    if tag == der.NUMERIC_STRING and all(b in b"0123456789 " for b in value):
+        return value.decode("ascii")
+    raise Malformed(f"attribute string type {tag:#x}")
+
+
+def parse_name(raw: bytes) -> list[tuple[str, str]]:
+    """(type OID, value) of every attribute, in encoding order."""
+    attributes = []
+    rdns = Reader(raw).sub(der.SEQUENCE)
+    while not rdns.empty():
+        rdn = rdns.sub(der.SET)
+        while not rdn.empty():
+            atv = rdn.sub(der.SEQUENCE)
+            oid = atv.oid()
+            tag, value = atv.any()
+            attributes.append((oid, _string(tag, value)))
+    return attributes
+
+
+def go_common_name(attributes: Sequence[tuple[str, str]]) -> str:
+    """Go's ``pkix.Name.CommonName``: the LAST common-name attribute (each later one overwrites)."""
+    names = [value for oid, value in attributes if oid == COMMON_NAME]
+    return names[-1] if names else ""
+
+
+_TIME_FORMATS = {0x17: (("%y%m%d%H%M%SZ", 13), ("%y%m%d%H%MZ", 11)), 0x18: (("%Y%m%d%H%M%SZ", 15),)}
+
+
+def _time(reader: Reader) -> dt.datetime:
+    """UTCTime or GeneralizedTime in UTC ("Z"); other spellings Go accepts are not produced by any issuer we know."""
+    tag, value = reader.any()
+    text = value.decode("ascii", "replace")
+    for fmt, size in _TIME_FORMATS.get(tag, ()):
+        if len(text) != size or not text[:-1].isdigit():
+            continue
+        try:
+            when = dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC)
+        except ValueError:
+            continue
+        return when.replace(year=when.year - 100) if tag == 0x17 and when.year >= 2050 else when
+    raise Malformed("validity time")
+
+
+def _check_key(key_oid: str, params: bytes | None, spki: bytes) -> None:
+    """Go refuses the whole certificate when a key of an algorithm it knows does not parse."""
+    if key_oid not in _KNOWN_KEYS:
+        return
+    if key_oid == _RSA and params != b"":
+        raise Malformed("RSA key without NULL parameters")
+    if key_oid == _EC:
+        curve = params
+        if curve is None or Reader(b"\x06" + bytes([len(curve)]) + curve).oid() not in _GO_CURVES:
+            raise Malformed("unsupported elliptic curve")
+    try:
+        key = serialization.load_der_public_key(spki)
+    except (ValueError, UnsupportedAlgorithm):
+        raise Malformed("public key") from None
+    if isinstance(key, rsa.RSAPublicKey) and key.public_numbers().e < 2:
+        raise Malformed("RSA exponent")
+
+
+def _general_names(reader: Reader) -> Iterator[tuple[int, bytes]]:
+    while not reader.empty():
+        tag, value = reader.any()
+        yield tag ^ 0x80, value
+
+
+def _ia5(value: bytes, what: str) -> str:
+    if any(b >= 0x80 for b in value):
+        raise Malformed(what)
+    return value.decode("ascii")
+
+
+def domain_name_valid(name: str, constraint: bool) -> bool:
+    """Go's domainNameValid."""
+    if not name:
+        return True
+    if name.endswith("."):
+        return False
+    if constraint and name.startswith("."):
+        name = name[1:]
+    return all(label and all(33 <= ord(c) <= 126 for c in label) for label in name.split("."))
+
+
+def _uri_host(uri: str) -> str:
+    try:
+        host = urlsplit(uri).hostname or ""
+    except ValueError:
+        raise Malformed("URI") from None
+    return host
+
+
+def _name_constraints(value: bytes) -> tuple[NameConstraints, bool]:
+    top = Reader(value)
+    body = top.sub(der.SEQUENCE)
+    top.done()
+    permitted = body.optional(der.context(0, True))
+    excluded = body.optional(der.context(1, True))
+    body.done()
+    if not permitted and not excluded:
+        raise Malformed("empty name constraints")
+    unhandled = False
+
+    def subtrees(raw: bytes | None) -> Subtrees:
+        nonlocal unhandled
+        found = Subtrees()
+        reader = Reader(raw or b"")
+        while not reader.empty():
+            tag, item = reader.sub(der.SEQUENCE).any()
+            if tag in (0x82, 0x86):
+                name = _ia5(item, "constraint")
+                if tag == 0x86 and _is_ip(name):
+                    raise Malformed("URI constraint is an IP address")
+                if not domain_name_valid(name, True):
+                    raise Malformed("DNS constraint")
+                (found.dns if tag == 0x82 else found.uri).append(name)
+            elif tag == 0x87:
+                found.ip.append(_ip_constraint(item))
+            elif tag == 0x81:
+                name = _ia5(item, "constraint")
+                if "@" in name:
+                    _mailbox(name)
+                elif not domain_name_valid(name, True):
+                    raise Malformed("email constraint")
+                found.email.append(name)
+            else:
+                unhandled = True
+        return found
+
+    return NameConstraints(subtrees(permitted), subtrees(excluded)), unhandled
+
+
+def _ip_constraint(item: bytes) -> IPNetwork:
+    """address + contiguous mask, 8 or 32 bytes."""
+    if len(item) not in (8, 32):
+        raise Malformed("IP constraint length")
+    half = len(item) // 2
+    mask = int.from_bytes(item[half:], "big")
+    prefix = bin(mask).count("1")
+    if mask != ((1 << (8 * half)) - 1) ^ ((1 << (8 * half - prefix)) - 1):
+        raise Malformed("IP constraint mask")
+    address = int.from_bytes(item[:half], "big") & mask
+    if half == 4:
+        return ipaddress.IPv4Network((address, prefix))
+    return ipaddress.IPv6Network((address, prefix))
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _mailbox(address: str) -> tuple[str, str]:
+    local, at, domain = address.rpartition("@")
+    if not at or not local or not domain:
+        raise Malformed("mailbox")
+    return local, domain
+
+
+def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
+    """Read one extension into ``out``; True when Go leaves it unhandled."""
+    reader = Reader(value)
+    if oid == "2.5.29.15":
+        bits, _ = reader.bit_string()
+        usage = 0
+        for i in range(9):
+            if i // 8 < len(bits) and bits[i // 8] & (0x80 >> (i % 8)):
+                usage |= 1 << i
+        out.key_usage = usage
+    elif oid == "2.5.29.19":
+        body = reader.sub(der.SEQUENCE)
+        is_ca = body.boolean() if body.peek() == der.BOOLEAN else False
+        path_len = -1
+        if body.peek() == der.INTEGER:
+            path_len = body.integer()
+            if path_len < 0:
+                raise Malformed("basic constraints path length")
+        out.basic_constraints_valid, out.is_ca, out.max_path_len = True, is_ca, path_len
+    elif oid == _SAN:
+        dns: list[str] = []
+        emails: list[str] = []
+        ips: list[bytes] = []
+        uris: list[str] = []
+        for tag, item in _general_names(reader.sub(der.SEQUENCE)):
+            if tag == 1:
+                emails.append(_ia5(item, "rfc822Name"))
+            elif tag == 2:
+                dns.append(_ia5(item, "dNSName"))
+            elif tag == 6:
+                uri = _ia5(item, "URI")
+                host = _uri_host(uri)
+                if host and not domain_name_valid(host, False):
+                    raise Malformed("URI host")
+                uris.append(uri)
+            elif tag == 7:
+                if len(item) not in (4, 16):
+                    raise Malformed("IP address length")
+                ips.append(item)
+        out.san, out.dns_names, out.emails = value, tuple(dns), tuple(emails)
+        out.ips, out.uris = tuple(ips), tuple(uris)
+        return not (dns or emails or ips or uris)
+    elif oid == _NAME_CONSTRAINTS:
+        constraints, unhandled = _name_constraints(value)
+        out.name_constraints = constraints
+        return unhandled
+    elif oid == "2.5.29.31":
+        points = reader.sub(der.SEQUENCE)
+        while not points.empty():
+            points.read(der.SEQUENCE)
+    elif oid == "2.5.29.35":
+        if critical:
+            raise Malformed("critical authority key identifier")
+        body = reader.sub(der.SEQUENCE)
+        out.authority_key_id = body.optional(0x80) or b""
+    elif oid == "2.5.29.36":
+        body = reader.sub(der.SEQUENCE)
+        for tag in (0x80, 0x81):
+            if body.peek() == tag:
+                body.integer(tag)
+        out.policy_processing = True
+    elif oid == "2.5.29.37":
+        body = reader.sub(der.SEQUENCE)
+        usages = []
+        while not body.empty():
+            usages.append(body.oid())
+        out.ext_key_usages = tuple(usages)
+    elif oid == "2.5.29.14":
+        if critical:
+            raise Malformed("critical subject key identifier")
+        out.subject_key_id = reader.read(der.OCTET_STRING)
+    elif oid == "2.5.29.32":
+        body = reader.sub(der.SEQUENCE)
+        seen = set()
+        while not body.empty():
+            policy = body.sub(der.SEQUENCE).oid()
+            if policy in seen:
+                raise Malformed("duplicate policy")
+            seen.add(policy)
+    elif oid == "2.5.29.33":
+        body = reader.sub(der.SEQUENCE)
+        while not body.empty():
+            pair = body.sub(der.SEQUENCE)
+            pair.oid()
+            pair.oid()
+        out.policy_processing = True
+    elif oid == "2.5.29.54":
+        reader.integer()
+        out.policy_processing = True
+    elif oid == _AIA:
+        if critical:
+            raise Malformed("critical authority information access")
+        body = reader.sub(der.SEQUENCE)
+        while not body.empty():
+            body.sub(der.SEQUENCE).oid()
+    else:
+        return True
+    return False
+
+
+def parse_certificate(data: bytes) -> GoCertificate:
+    """Read DER as Go's ``x509.ParseCertificate`` does; :class:`Malformed` where Go returns an error."""
+    top = Reader(data)
+    raw = top.element(der.SEQUENCE)
+    top.done()
+    outer = Reader(raw).sub(der.SEQUENCE)
+    tbs_raw = outer.element(der.SEQUENCE)
+    tbs = Reader(tbs_raw).sub(der.SEQUENCE)
+    version = 0
+    if tbs.peek() == der.context(0, True):
+        wrapped = tbs.sub(der.context(0, True))
+        version = wrapped.integer()
+        wrapped.done()
+    if not 0 <= version <= 2:
+        raise Malformed("version")
+    version += 1
+    if tbs.integer() < 0:
+        raise Malformed("negative serial number")
+    inner_algorithm = tbs.read(der.SEQUENCE)
+    if outer.read(der.SEQUENCE) != inner_algorithm:
+        raise Malformed("inner and outer signature algorithms differ")
+    algorithm = Reader(inner_algorithm)
+    signature_oid = algorithm.oid()
+    signature_params = algorithm.data[algorithm.pos :]
+    raw_issuer = tbs.element(der.SEQUENCE)
+    parse_name(raw_issuer)
+    validity = tbs.sub(der.SEQUENCE)
+    not_before, not_after = _time(validity), _time(validity)
+    raw_subject = tbs.element(der.SEQUENCE)
+    subject = parse_name(raw_subject)
+    raw_spki = tbs.element(der.SEQUENCE)
+    spki = Reader(raw_spki).sub(der.SEQUENCE)
+    key_algorithm = spki.sub(der.SEQUENCE)
+    key_oid = key_algorithm.oid()
+    key_params: bytes | None = None
+    if not key_algorithm.empty():
+        params_tag, key_params = key_algorithm.any()
+        if key_oid == _RSA and params_tag != 0x05:
+            raise Malformed("RSA key without NULL parameters")
+        if key_oid == _EC and params_tag != der.OID:
+            raise Malformed("EC key parameters")
+    spki.bit_string()
+    _check_key(key_oid, key_params, raw_spki)
+    fields = Extensions()
+    if version > 1:
+        tbs.optional(der.context(1))
+        tbs.optional(der.context(2))
+    if version == 3 and tbs.peek() == der.context(3, True):
+        extensions = tbs.sub(der.context(3, True)).sub(der.SEQUENCE)
+        seen: set[str] = set()
+        while not extensions.empty():
+            extension = extensions.sub(der.SEQUENCE)
+            oid = extension.oid()
+            critical = extension.boolean() if extension.peek() == der.BOOLEAN else False
+            value = extension.read(der.OCTET_STRING)
+            if oid in seen:
+                raise Malformed(f"duplicate extension {oid}")
+            seen.add(oid)
+            fields.unhandled_critical |= _extension(fields, oid, critical, value) and critical
+    signature, _ = outer.bit_string()
+    return GoCertificate(
+        raw=raw,
+        tbs=tbs_raw,
+        signature=signature,
+        signature_oid=signature_oid,
+        signature_params=signature_params,
+        version=version,
+        raw_issuer=raw_issuer,
+        raw_subject=raw_subject,
+        raw_spki=raw_spki,
+        key_oid=key_oid,
+        common_name=go_common_name(subject),
+        not_before=not_before,
+        not_after=not_after,
+        ext=fields,
+    )
+
+
+# --- verification (Go's Certificate.Verify with kube's options) ----------------------------------------------
+
+
+class Pool:
+    """Go's CertPool: certificates by raw subject, duplicates (same DER) dropped, insertion order kept."""
+
+    def __init__(self, certificates: Sequence[GoCertificate] = ()) -> None:
+        self.certificates: list[GoCertificate] = []
+        for cert in certificates:
+            if not self.contains(cert):
+                self.certificates.append(cert)
+
+    def contains(self, cert: GoCertificate) -> bool:
+        return any(c.raw == cert.raw for c in self.certificates)
+
+    def potential_parents(self, child: GoCertificate) -> list[GoCertificate]:
+        """Same-name candidates, matching key identifiers first, then one-sided, then mismatched."""
+        ranked: tuple[list[GoCertificate], list[GoCertificate], list[GoCertificate]] = ([], [], [])
+        for cert in self.certificates:
+            if cert.raw_subject != child.raw_issuer:
+                continue
+            skid, akid = cert.ext.subject_key_id, child.ext.authority_key_id
+            rank = 0 if skid == akid else 1 if bool(skid) != bool(akid) else 2
+            ranked[rank].append(cert)
+        return [*ranked[0], *ranked[1], *ranked[2]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What Verify returned: the chains found, or why there are none (``expired``, ``eku``, ``untrusted``)."""
+
+    chains: tuple[tuple[GoCertificate, ...], ...] = ()
+    failure: str = ""
+
+
+def _valid_at(cert: GoCertificate, now: dt.datetime) -> bool:
+    return cert.not_before <= now <= cert.not_after
+
+
+def check_signature(child: GoCertificate, parent: GoCertificate) -> bool:
+    """Go's CheckSignatureFrom (SHA-1 and MD5 refused, RSA keys below 1024 bits refused)."""
+    ext = parent.ext
+    if (parent.version == 3 and not ext.basic_constraints_valid) or (ext.basic_constraints_valid and not ext.is_ca):
+        return False
+    if ext.key_usage and not ext.key_usage & KEY_USAGE_CERT_SIGN:
+        return False
+    if parent.key_oid not in _KNOWN_KEYS:
+        return False
+    try:
+        key = serialization.load_der_public_key(parent.raw_spki)
+        if child.signature_oid == _RSA_PSS:
+            hash_type = _pss_hash(child.signature_params)
+            if not isinstance(key, rsa.RSAPublicKey) or key.key_size < 1024:
+                return False
+            algorithm = hash_type()
+            pss = padding.PSS(mgf=padding.MGF1(algorithm), salt_length=algorithm.digest_size)
+            key.verify(child.signature, child.tbs, pss, algorithm)
+            return True
+        key_oid, hash_class = _SIGNATURES[child.signature_oid]
+        if key_oid == _RSA and isinstance(key, rsa.RSAPublicKey) and hash_class and key.key_size >= 1024:
+            key.verify(child.signature, child.tbs, padding.PKCS1v15(), hash_class())
+        elif key_oid == _EC and isinstance(key, ec.EllipticCurvePublicKey) and hash_class:
+            key.verify(child.signature, child.tbs, ec.ECDSA(hash_class()))
+        elif key_oid == _ED25519 and isinstance(key, ed25519.Ed25519PublicKey):
+            key.verify(child.signature, child.tbs)
+        else:
+            return False
+    except (KeyError, ValueError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True
+
+
+def _pss_hash(params: bytes) -> type[hashes.HashAlgorithm]:
+    """The hash of RSASSA-PSS parameters Go accepts: MGF1 with the same hash, salt = hash size, trailer 1."""
+    body = Reader(params).sub(der.SEQUENCE)
+    hash_oid = body.sub(der.context(0, True)).sub(der.SEQUENCE).oid()
+    mgf = body.sub(der.context(1, True)).sub(der.SEQUENCE)
+    if mgf.oid() != "1.2.840.113549.1.1.8" or mgf.sub(der.SEQUENCE).oid() != hash_oid:
+        raise ValueError("PSS mask generation")
+    hash_class = _HASHES[hash_oid]
+    if body.sub(der.context(2, True)).integer() != hash_class().digest_size:
+        raise ValueError("PSS salt length")
+    if not body.empty() and body.sub(der.context(3, True)).integer() != 1:
+        raise ValueError("PSS trailer")
+    return hash_class
+
+
+def _already_in_chain(candidate: GoCertificate, chain: Sequence[GoCertificate]) -> bool:
+    return any(
+        c.raw_subject == candidate.raw_subject and c.raw_spki == candidate.raw_spki and c.ext.san == candidate.ext.san
+        for c in chain
+    )
+
+
+def _ca_valid(cert: GoCertificate, intermediate: bool, chain: Sequence[GoCertificate], now: dt.datetime) -> bool:
+    """Go's isValid for a candidate parent."""
+    ext = cert.ext
+    if ext.unhandled_critical or not _valid_at(cert, now):
+        return False
+    if intermediate and not (ext.basic_constraints_valid and ext.is_ca):
+        return False
+    return not (ext.basic_constraints_valid and ext.max_path_len >= 0 and len(chain) - 1 > ext.max_path_len)
+
+
+def _build(
+    chain: tuple[GoCertificate, ...], roots: Pool, intermediates: Pool, now: dt.datetime, checks: list[int]
+) -> list[tuple[GoCertificate, ...]]:
+    found: list[tuple[GoCertificate, ...]] = []
+    child = chain[-1]
+    candidates = [(c, False) for c in roots.potential_parents(child)]
+    candidates += [(c, True) for c in intermediates.potential_parents(child)]
+    for candidate, intermediate in candidates:
+        if candidate.key_oid not in _KNOWN_KEYS or _already_in_chain(candidate, chain):
+            continue
+        checks[0] += 1
+        if checks[0] > MAX_SIGNATURE_CHECKS:
+            continue
+        if not check_signature(child, candidate) or not _ca_valid(candidate, intermediate, chain, now):
+            continue
+        if intermediate:
+            found += _build((*chain, candidate), roots, intermediates, now, checks)
+        else:
+            found.append((*chain, candidate))
+    return found
+
+
+def _eku_allows_client(chain: Sequence[GoCertificate]) -> bool:
+    """Go's checkChainForKeyUsage for [ClientAuth]: every certificate with an EKU list must allow it (or any)."""
+    return all(
+        not c.ext.ext_key_usages or EKU_ANY in c.ext.ext_key_usages or EKU_CLIENT_AUTH in c.ext.ext_key_usages
+        for c in chain
+    )
+
+
+def _policies_valid(chain: Sequence[GoCertificate]) -> bool:
+    """Without policy constraints, mappings or inhibitAnyPolicy below the root, Go's policy check always passes;
+    with them we refuse (not mirrored)."""
+    return not any(c.ext.policy_processing for c in chain[:-1])
+
+
+def _dns_has_suffix(constraint: str, name: str) -> bool:
+    """Go's dnsHasSuffix: ``name`` ends with ``constraint`` (ASCII case-insensitive) at a label boundary."""
+    if len(constraint) > len(name) or not name.lower().endswith(constraint.lower()):
+        return False
+    return constraint.startswith(".") or len(name) == len(constraint) or name[-len(constraint) - 1] == "."
+
+
+def _dns_match(constraints: list[str], name: str, permitted: bool) -> bool:
+    if "" in constraints or any(_dns_has_suffix(c, name) for c in constraints):
+        return True
+    if not permitted and name.startswith("*") and "." in name:
+        parent = name[name.find(".") :]
+        return any("." in c and c[c.find(".") :] == parent for c in constraints)
+    return False
+
+
+def _email_match(constraints: list[str], address: str, permitted: bool) -> bool:
+    local, domain = _mailbox(address)
+    domains = []
+    for constraint in constraints:
+        if "@" not in constraint:
+            domains.append(constraint)
+            continue
+        c_local, c_domain = _mailbox(constraint)
+        if c_local == local and c_domain.lower() == domain.lower():
+            return True
+    return bool(domains) and _dns_match(domains, domain, permitted)
+
+
+def _allowed(items: list[str], constraints: NameConstraints, kind: str) -> bool:
+    for side, permitted in ((constraints.permitted, True), (constraints.excluded, False)):
+        listed: list[str] = getattr(side, kind)
+        if not listed:
+            continue
+        match = _email_match if kind == "email" else _dns_match
+        if any(match(listed, item, permitted) != permitted for item in items):
+            return False
+    return True
+
+
+def _ips_allowed(ips: Sequence[bytes], constraints: NameConstraints) -> bool:
+    for side, permitted in ((constraints.permitted, True), (constraints.excluded, False)):
+        if side.ip and any(any(ipaddress.ip_address(ip) in net for net in side.ip) != permitted for ip in ips):
+            return False
+    return True
+
+
+def _names_allowed(ext: Extensions, constraints: NameConstraints) -> bool:
+    """One certificate's SANs against one CA's constraints; a name Go cannot read refuses the chain."""
+    hosts = [_uri_host(uri) for uri in ext.uris]
+    domains = []
+    for address in ext.emails:
+        if address.count("@") != 1 or address.startswith("@") or address.endswith("@"):
+            return False
+        domains.append(address.rpartition("@")[2])
+    readable = [*ext.dns_names, *domains]
+    if not all(domain_name_valid(n, False) for n in readable) or not all(
+        h and not _is_ip(h) and domain_name_valid(h, False) for h in hosts
+    ):
+        return False
+    return (
+        _ips_allowed(ext.ips, constraints)
+        and _allowed(list(ext.dns_names), constraints, "dns")
+        and _allowed(hosts, constraints, "uri")
+        and _allowed(list(ext.emails), constraints, "email")
+    )
+
+
+def _constraints_hold(chain: Sequence[GoCertificate]) -> bool:
+    """Go's checkChainConstraints: each certificate's SANs against the constraints of every CA above it."""
+    for index, cert in enumerate(chain):
+        if cert.ext.san is None:
+            continue
+        for above in chain[index + 1 :]:
+            constraints = above.ext.name_constraints
+            if constraints is not None and not _names_allowed(cert.ext, constraints):
+                return False
+    return True
+
+
+def verify(
+    leaf: GoCertificate, intermediates: Sequence[GoCertificate], roots: Pool, now: dt.datetime
+) -> Outcome:
+    """Go's ``leaf.Verify`` with ``Roots=roots``, ``Intermediates`` the rest of the chain, ``KeyUsages=[ClientAuth]``
+    and ``CurrentTime=now``."""
+    if leaf.ext.unhandled_critical:
+        return Outcome(failure="untrusted")
+    if not _valid_at(leaf, now):
+        return Outcome(failure="expired")
+    candidates = [(leaf,)] if roots.contains(leaf) else _build((leaf,), roots, Pool(intermediates), now, [0])
+    if not candidates:
+        return Outcome(failure="untrusted")
+    usable = [c for c in candidates if _policies_valid(c) and _eku_allows_client(c) and _constraints_hold(c)]
+    if usable:
+        return Outcome(tuple(usable))
+    eku_only = any(_policies_valid(c) and not _eku_allows_client(c) for c in candidates)
+    return Outcome(failure="eku" if eku_only else "untrusted")
