@@ -71,13 +71,17 @@ class FrontProxyVerifier:
         self.verifications = 0  # how often a chain was verified (once per connection, not per request)
 
     def verify(self, chain: Sequence[x509.Certificate], now: dt.datetime) -> FrontProxyResult:
-        """``chain`` is what the client presented, leaf first. Every certificate must parse as Go's TLS stack
+        """``chain`` is what the client presented, leaf first."""
+        return self.verify_der([cert.public_bytes(Encoding.DER) for cert in chain], now)
+
+    def verify_der(self, chain: Sequence[bytes], now: dt.datetime) -> FrontProxyResult:
+        """``chain`` is the DER the client presented, leaf first. Every certificate must parse as Go's TLS stack
         parses it, or the handshake (and so the request) would not have reached kube-apiserver."""
         self.verifications += 1
         if not chain:
             return NO_CERTIFICATE
         try:
-            presented = [kubex509.parse_certificate(c.public_bytes(Encoding.DER)) for c in chain]
+            presented = [kubex509.parse_certificate(der) for der in chain]
         except ValueError:
             return FrontProxyResult(False, Reason.UNTRUSTED_CA)
         outcome = kubex509.verify(presented[0], presented[1:], self._roots, now)

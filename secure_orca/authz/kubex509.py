@@ -7,14 +7,17 @@ then compares ``Subject.CommonName`` with the allowed names. This module reads c
 way Go 1.26.0's ``crypto/x509`` (``parser.go``, ``verify.go``, ``constraints.go``) does, written from reading that
 source, not translated from it. ``tests/x509oracle`` runs the real Go code on the same corpus.
 
-Not mirrored (refused instead, listed in docs/x509-differential.md): certificate-policy processing when a
-certificate below the root carries policy constraints, policy mappings or inhibitAnyPolicy.
+Not mirrored (refused instead, listed in docs/x509-differential.md): certificate-policy processing when
+certificates below the root carry both certificatePolicies and policy constraints, mappings or inhibitAnyPolicy.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import ipaddress
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -94,7 +97,9 @@ class Extensions:
     uris: tuple[str, ...] = ()
     name_constraints: NameConstraints | None = None
     unhandled_critical: bool = False
-    policy_processing: bool = False  # carries an extension whose policy semantics are not mirrored
+    policy_processing: bool = False  # carries policy constraints, policy mappings or inhibitAnyPolicy
+    has_policies: bool = False  # carries certificatePolicies
+    require_explicit_policy: int | None = None
 
 
 @dataclass(frozen=True)
@@ -359,9 +364,10 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
         out.authority_key_id = body.optional(0x80) or b""
     elif oid == "2.5.29.36":
         body = reader.sub(der.SEQUENCE)
-        for tag in (0x80, 0x81):
-            if body.peek() == tag:
-                body.integer(tag)
+        if body.peek() == 0x80:
+            out.require_explicit_policy = body.integer(0x80)
+        if body.peek() == 0x81:
+            body.integer(0x81)
         out.policy_processing = True
     elif oid == "2.5.29.37":
         body = reader.sub(der.SEQUENCE)
@@ -381,6 +387,7 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
             if policy in seen:
                 raise Malformed("duplicate policy")
             seen.add(policy)
+        out.has_policies = True
     elif oid == "2.5.29.33":
         body = reader.sub(der.SEQUENCE)
         while not body.empty():
@@ -478,6 +485,37 @@ def parse_certificate(data: bytes) -> GoCertificate:
         not_after=not_after,
         ext=fields,
     )
+
+
+# --- CA bundles (client-go's cert.ParseCertsPEM over Go's pem.Decode) ---------------------------------------
+
+_PEM_BLOCK = re.compile(rb"(?:^|\n)-----BEGIN ([^\r\n]*?)-----[ \t]*\r?\n(.*?)-----END \1-----[ \t]*(?=\r?\n|$)", re.S)
+
+
+def pem_blocks(data: bytes) -> Iterator[tuple[str, bool, bytes]]:
+    """(type, has headers, bytes) of each PEM block Go's pem.Decode finds; undecodable blocks are skipped."""
+    for match in _PEM_BLOCK.finditer(data):
+        lines = match.group(2).split(b"\n")
+        headers = 0
+        while headers < len(lines) and b":" in lines[headers]:
+            headers += 1
+        body = re.sub(rb"[ \t\r\n]", b"", b"".join(lines[headers:]))
+        try:
+            decoded = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        yield match.group(1).decode("latin-1"), headers > 0, decoded
+
+
+def ca_bundle(data: bytes) -> list[bytes]:
+    """The DER of every "CERTIFICATE" block without headers (others are skipped, as client-go does);
+    :class:`Malformed` when one of them does not parse or there is none."""
+    certificates = [block for kind, headers, block in pem_blocks(data) if kind == "CERTIFICATE" and not headers]
+    for block in certificates:
+        parse_certificate(block)
+    if not certificates:
+        raise Malformed("no certificate")
+    return certificates
 
 
 # --- verification (Go's Certificate.Verify with kube's options) ----------------------------------------------
@@ -615,9 +653,30 @@ def _eku_allows_client(chain: Sequence[GoCertificate]) -> bool:
 
 
 def _policies_valid(chain: Sequence[GoCertificate]) -> bool:
-    """Without policy constraints, mappings or inhibitAnyPolicy below the root, Go's policy check always passes;
-    with them we refuse (not mirrored)."""
-    return not any(c.ext.policy_processing for c in chain[:-1])
+    """Go's policiesValid (RFC 5280 6.1 as updated by RFC 9618) with no user policy set. Mirrored exactly where no
+    certificate below the root carries certificatePolicies (the valid-policy graph is then empty, and only the
+    explicit-policy counter decides) or none carries policy constraints, mappings or inhibitAnyPolicy (nothing
+    can then fail). The rest, policies together with those constraints, is refused: not mirrored."""
+    below = chain[:-1]
+    if not any(c.ext.policy_processing for c in below):
+        return True
+    if any(c.ext.has_policies for c in below):
+        return False
+    explicit = len(chain)  # n + 1, n = certificates below the trust anchor
+    for index in range(len(below) - 1, -1, -1):
+        cert = chain[index]
+        if explicit == 0:
+            return False
+        if index:
+            if cert.raw_issuer != cert.raw_subject and explicit:
+                explicit -= 1
+            required = cert.ext.require_explicit_policy
+            if required is not None and required < explicit:
+                explicit = required
+    explicit = max(explicit - 1, 0)
+    if chain[0].ext.require_explicit_policy == 0:
+        explicit = 0
+    return explicit != 0
 
 
 def _dns_has_suffix(constraint: str, name: str) -> bool:
