@@ -160,6 +160,11 @@ def add_extension(raw: bytes) -> TbsEdit:
     return edit
 
 
+def extended(node: Node, signer: Key, oid: str, value: bytes, critical: bool = False) -> Node:
+    """``node`` with one more extension (raw value), signed again by ``signer``."""
+    return resign(node, signer, add_extension(extension_der(oid, value, critical)))
+
+
 def set_field(index: int, value: bytes) -> TbsEdit:
     def edit(fields: list[bytes]) -> list[bytes]:
         fields[index] = value
@@ -202,8 +207,8 @@ def make(
     key: Key | None = None,
     path_length: int | None = None,
     basic_constraints: bool | None = True,  # True: critical, False: non-critical, None: absent
-    key_usage: x509.KeyUsage | None | object = _DEFAULT,
-    eku: Sequence[x509.ObjectIdentifier] | None | object = _DEFAULT,  # leaves: clientAuth; CAs: none
+    key_usage: x509.KeyUsage | object | None = _DEFAULT,
+    eku: Sequence[x509.ObjectIdentifier] | object | None = _DEFAULT,  # leaves: clientAuth; CAs: none
     eku_critical: bool = False,
     san: Sequence[x509.GeneralName] = (),
     constraints: x509.NameConstraints | None = None,
@@ -390,9 +395,9 @@ def _eku_cases(c: Corpus) -> None:
     c.add("eku/leaf-unknown-only", [ca], [leaf(ca, eku=(unknown,))])
     c.add("eku/leaf-client-and-unknown", [ca], [leaf(ca, eku=(unknown, CLIENT))])
     c.add("eku/leaf-critical", [ca], [leaf(ca, eku_critical=True)])
-    empty = resign(leaf(ca, eku=None), ca.key, add_extension(extension_der("2.5.29.37", tlv(der.SEQUENCE, b""))))
+    empty = extended(leaf(ca, eku=None), ca.key, "2.5.29.37", tlv(der.SEQUENCE, b""))
     c.add("eku/leaf-empty-list", [ca], [empty])
-    bad = resign(leaf(ca, eku=None), ca.key, add_extension(extension_der("2.5.29.37", b"\x30\x03\x06\x01")))
+    bad = extended(leaf(ca, eku=None), ca.key, "2.5.29.37", b"\x30\x03\x06\x01")
     c.add("eku/leaf-malformed", [ca], [bad])
     for label, usages in (("server-only", (SERVER,)), ("client", (CLIENT,)), ("any", (any_eku,)), ("none", None)):
         mid = make("intermediate", ca, ca=True, eku=usages)
@@ -437,7 +442,9 @@ def _constraint_cases(c: Corpus) -> None:
     c.add("basic/leaf-no-keyusage", [ca], [leaf(ca, key_usage=None)])
     c.add("basic/leaf-no-basic-constraints", [ca], [leaf(ca, basic_constraints=None)])
     bad_path = extension_der("2.5.29.19", tlv(der.SEQUENCE, tlv(der.INTEGER, b"\xff")), True)
-    c.add("basic/leaf-negative-pathlen", [ca], [resign(leaf(ca, basic_constraints=None), ca.key, add_extension(bad_path))])
+    c.add(
+        "basic/leaf-negative-pathlen", [ca], [resign(leaf(ca, basic_constraints=None), ca.key, add_extension(bad_path))]
+    )
     v1_root = root(key_ids=False)
     v1_root = resign(v1_root, v1_root.key, to_v1)
     c.add("basic/v1-root", [v1_root], [leaf(v1_root, key_ids=False)])
@@ -485,14 +492,22 @@ def _extension_cases(c: Corpus) -> None:
             constrained([x509.IPAddress(ipaddress.ip_network("10.0.0.0/8"))], None),
             [x509.IPAddress(ipaddress.ip_address("::1"))],
         ),
-        ("permitted-email-domain", constrained([x509.RFC822Name("example.com")], None), [x509.RFC822Name("a@example.com")]),
+        (
+            "permitted-email-domain",
+            constrained([x509.RFC822Name("example.com")], None),
+            [x509.RFC822Name("a@example.com")],
+        ),
         ("permitted-email-miss", constrained([x509.RFC822Name("example.com")], None), [x509.RFC822Name("a@other.org")]),
         (
             "permitted-uri-host",
             constrained([x509.UniformResourceIdentifier("example.com")], None),
             [x509.UniformResourceIdentifier("spiffe://example.com/proxy")],
         ),
-        ("permitted-dns-only-ip-san", constrained([dns("example.com")], None), [x509.IPAddress(ipaddress.ip_address("10.0.0.1"))]),
+        (
+            "permitted-dns-only-ip-san",
+            constrained([dns("example.com")], None),
+            [x509.IPAddress(ipaddress.ip_address("10.0.0.1"))],
+        ),
     ):
         c.add(f"constraints/{label}", [nc_root], [leaf(nc_root, san=san)])
     dirname = [x509.DirectoryName(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "proxies")]))]
@@ -503,62 +518,65 @@ def _extension_cases(c: Corpus) -> None:
     mid = make("intermediate", ca, ca=True, constraints=x509.NameConstraints([dns("example.com")], None))
     c.add("constraints/intermediate-violated", [ca], [leaf(mid, san=[dns("proxy.other.org")]), mid])
     c.add("constraints/intermediate-satisfied", [ca], [leaf(mid, san=[dns("proxy.example.com")]), mid])
-    c.add("constraints/intermediate-san-checked-by-root", [r := constrained([dns("example.com")], None)],
-          [leaf(m := make("intermediate", r, ca=True, san=[dns("other.org")])), m])
+    c.add(
+        "constraints/intermediate-san-checked-by-root",
+        [r := constrained([dns("example.com")], None)],
+        [leaf(m := make("intermediate", r, ca=True, san=[dns("other.org")])), m],
+    )
 
     unknown = "1.3.6.1.4.1.55555.2"
-    c.add("extensions/leaf-unknown-critical", [ca], [resign(leaf(ca), ca.key, add_extension(extension_der(unknown, b"\x05\x00", True)))])
-    c.add("extensions/leaf-unknown-noncritical", [ca], [resign(leaf(ca), ca.key, add_extension(extension_der(unknown, b"\x05\x00")))])
+    c.add("extensions/leaf-unknown-critical", [ca], [extended(leaf(ca), ca.key, unknown, b"\x05\x00", True)])
+    c.add("extensions/leaf-unknown-noncritical", [ca], [extended(leaf(ca), ca.key, unknown, b"\x05\x00")])
     base = root()
-    r = resign(base, base.key, add_extension(extension_der(unknown, b"\x05\x00", True)))
+    r = extended(base, base.key, unknown, b"\x05\x00", True)
     c.add("extensions/root-unknown-critical", [r], [leaf(r)])
     mid = make("intermediate", ca, ca=True)
-    mid_crit = resign(mid, ca.key, add_extension(extension_der(unknown, b"\x05\x00", True)))
+    mid_crit = extended(mid, ca.key, unknown, b"\x05\x00", True)
     c.add("extensions/intermediate-unknown-critical", [ca], [leaf(mid), mid_crit])
     # Malformed non-critical extensions: Go ignores those it does not parse and refuses those it does.
     for label, oid in (("sct-list", "1.3.6.1.4.1.11129.2.4.2"), ("unknown", unknown), ("freshest-crl", "2.5.29.46")):
         base = root()
-        bad_root = resign(base, base.key, add_extension(extension_der(oid, b"\xff\xff\xff")))
+        bad_root = extended(base, base.key, oid, b"\xff\xff\xff")
         c.add(f"extensions/root-malformed-noncritical-{label}", [bad_root], [leaf(bad_root)])
     base = root(key_ids=False)
-    bad_ski_root = resign(base, base.key, add_extension(extension_der("2.5.29.14", b"\x05\x00")))
+    bad_ski_root = extended(base, base.key, "2.5.29.14", b"\x05\x00")
     c.add("extensions/root-malformed-ski", [bad_ski_root], [leaf(bad_ski_root, key_ids=False)])
     plain = leaf(ca, key_ids=False)
-    c.add("extensions/leaf-malformed-ski", [ca], [resign(plain, ca.key, add_extension(extension_der("2.5.29.14", b"\x05\x00")))])
-    c.add("extensions/leaf-critical-ski", [ca], [resign(plain, ca.key, add_extension(extension_der("2.5.29.14", tlv(4, b"\x01\x02"), True)))])
+    c.add("extensions/leaf-malformed-ski", [ca], [extended(plain, ca.key, "2.5.29.14", b"\x05\x00")])
+    c.add("extensions/leaf-critical-ski", [ca], [extended(plain, ca.key, "2.5.29.14", tlv(4, b"\x01\x02"), True)])
     aki = tlv(der.SEQUENCE, tlv(0x80, b"\x01\x02"))
-    c.add("extensions/leaf-critical-aki", [ca], [resign(plain, ca.key, add_extension(extension_der("2.5.29.35", aki, True)))])
+    c.add("extensions/leaf-critical-aki", [ca], [extended(plain, ca.key, "2.5.29.35", aki, True)])
     aia = tlv(der.SEQUENCE, tlv(der.SEQUENCE, _encode_oid("1.3.6.1.5.5.7.48.1") + tlv(0x86, b"http://ocsp.example")))
-    c.add("extensions/leaf-critical-aia", [ca], [resign(plain, ca.key, add_extension(extension_der("1.3.6.1.5.5.7.1.1", aia, True)))])
-    c.add("extensions/leaf-noncritical-aia", [ca], [resign(plain, ca.key, add_extension(extension_der("1.3.6.1.5.5.7.1.1", aia)))])
-    twice = resign(leaf(ca), ca.key, add_extension(extension_der("2.5.29.14", tlv(4, b"\x01\x02"))))
+    c.add("extensions/leaf-critical-aia", [ca], [extended(plain, ca.key, "1.3.6.1.5.5.7.1.1", aia, True)])
+    c.add("extensions/leaf-noncritical-aia", [ca], [extended(plain, ca.key, "1.3.6.1.5.5.7.1.1", aia)])
+    twice = extended(leaf(ca), ca.key, "2.5.29.14", tlv(4, b"\x01\x02"))
     c.add("extensions/leaf-duplicate-extension", [ca], [twice])
     empty_san = tlv(der.SEQUENCE, b"")
-    c.add("extensions/leaf-empty-san-critical", [ca], [resign(plain, ca.key, add_extension(extension_der("2.5.29.17", empty_san, True)))])
-    c.add("extensions/leaf-empty-san-noncritical", [ca], [resign(plain, ca.key, add_extension(extension_der("2.5.29.17", empty_san)))])
+    c.add("extensions/leaf-empty-san-critical", [ca], [extended(plain, ca.key, "2.5.29.17", empty_san, True)])
+    c.add("extensions/leaf-empty-san-noncritical", [ca], [extended(plain, ca.key, "2.5.29.17", empty_san)])
     bad_ip = tlv(der.SEQUENCE, tlv(0x87, b"\x0a\x00\x00"))
-    c.add("extensions/leaf-san-ip-wrong-length", [ca], [resign(plain, ca.key, add_extension(extension_der("2.5.29.17", bad_ip)))])
+    c.add("extensions/leaf-san-ip-wrong-length", [ca], [extended(plain, ca.key, "2.5.29.17", bad_ip)])
     other_name = tlv(der.SEQUENCE, tlv(0xA0, _encode_oid("1.2.3.4") + tlv(0xA0, tlv(der.UTF8_STRING, b"x"))))
-    c.add("extensions/leaf-san-othername-only-critical", [ca], [resign(plain, ca.key, add_extension(extension_der("2.5.29.17", other_name, True)))])
+    c.add("extensions/leaf-san-othername-only-critical", [ca], [extended(plain, ca.key, "2.5.29.17", other_name, True)])
     policies = x509.PolicyConstraints(require_explicit_policy=None, inhibit_policy_mapping=0)
     mid = make("intermediate", ca, ca=True)
-    pc_mid = resign(mid, ca.key, add_extension(extension_der("2.5.29.36", policies.public_bytes())))
+    pc_mid = extended(mid, ca.key, "2.5.29.36", policies.public_bytes())
     c.add("extensions/intermediate-policy-constraints-inhibit-mapping", [ca], [leaf(mid), pc_mid])
     require = x509.PolicyConstraints(require_explicit_policy=0, inhibit_policy_mapping=None)
-    req_mid = resign(mid, ca.key, add_extension(extension_der("2.5.29.36", require.public_bytes())))
+    req_mid = extended(mid, ca.key, "2.5.29.36", require.public_bytes())
     c.add("extensions/intermediate-require-explicit-policy-none-given", [ca], [leaf(mid), req_mid])
     for skip in (1, 2):
         counted = x509.PolicyConstraints(require_explicit_policy=skip, inhibit_policy_mapping=None)
-        counted_mid = resign(mid, ca.key, add_extension(extension_der("2.5.29.36", counted.public_bytes())))
+        counted_mid = extended(mid, ca.key, "2.5.29.36", counted.public_bytes())
         c.add(f"extensions/intermediate-require-explicit-policy-after-{skip}", [ca], [leaf(mid), counted_mid])
-    on_leaf = resign(leaf(ca), ca.key, add_extension(extension_der("2.5.29.36", require.public_bytes())))
+    on_leaf = extended(leaf(ca), ca.key, "2.5.29.36", require.public_bytes())
     c.add("extensions/leaf-require-explicit-policy", [ca], [on_leaf])
     policy = x509.CertificatePolicies([x509.PolicyInformation(x509.ObjectIdentifier("2.23.140.1.2.1"), None)])
-    with_policies = resign(mid, ca.key, add_extension(extension_der("2.5.29.32", policy.public_bytes())))
-    with_both = resign(with_policies, ca.key, add_extension(extension_der("2.5.29.36", require.public_bytes())))
+    with_policies = extended(mid, ca.key, "2.5.29.32", policy.public_bytes())
+    with_both = extended(with_policies, ca.key, "2.5.29.36", require.public_bytes())
     c.add("extensions/intermediate-policies-only", [ca], [leaf(mid), with_policies])
     c.add("extensions/intermediate-policies-and-require-explicit", [ca], [leaf(mid), with_both])
-    with_policy = resign(leaf(mid), mid.key, add_extension(extension_der("2.5.29.32", policy.public_bytes())))
+    with_policy = extended(leaf(mid), mid.key, "2.5.29.32", policy.public_bytes())
     c.add("extensions/policies-everywhere-and-require-explicit", [ca], [with_policy, with_both])
 
 
@@ -574,7 +592,9 @@ def _validity_cases(c: Corpus) -> None:
     inverted = tlv(der.SEQUENCE, utc_time(NOW + DAY) + utc_time(NOW - DAY))
     c.add("validity/leaf-inverted", [ca], [resign(leaf(ca), ca.key, set_field(VALIDITY, inverted))])
     generalized_2049 = tlv(der.SEQUENCE, tlv(0x18, b"20200101000000Z") + tlv(0x18, b"20491231000000Z"))
-    c.add("validity/leaf-generalized-before-2050", [ca], [resign(leaf(ca), ca.key, set_field(VALIDITY, generalized_2049))])
+    c.add(
+        "validity/leaf-generalized-before-2050", [ca], [resign(leaf(ca), ca.key, set_field(VALIDITY, generalized_2049))]
+    )
     fraction = tlv(der.SEQUENCE, utc_time(NOW - DAY) + tlv(0x18, (NOW + DAY).strftime("%Y%m%d%H%M%S.5Z").encode()))
     c.add("validity/leaf-generalized-fraction", [ca], [resign(leaf(ca), ca.key, set_field(VALIDITY, fraction))])
     mid = make("intermediate", ca, ca=True, not_before=NOW - 3 * DAY, not_after=NOW - DAY)
@@ -620,8 +640,10 @@ def _algorithm_cases(c: Corpus) -> None:
     brainpool = root(key=ec_key(ec.BrainpoolP256R1()))
     c.add("algorithms/brainpool-root", [brainpool], [leaf(brainpool)])
     x_leaf = make(ALLOWED, ca, key=ec_key())
-    x_key = x25519.X25519PrivateKey.generate().public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    x_key = (
+        x25519.X25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     c.add("algorithms/x25519-leaf-key", [ca], [resign(x_leaf, ca.key, set_field(SPKI, x_key))])
     unknown_key = tlv(der.SEQUENCE, algorithm_der("1.3.6.1.4.1.55555.3") + tlv(der.BIT_STRING, b"\x00\x01\x02"))
@@ -641,13 +663,19 @@ def _algorithm_cases(c: Corpus) -> None:
     sha384 = algorithm_der("1.2.840.10045.4.3.3")
     c.add("algorithms/inner-outer-mismatch", [ca], [tlv(der.SEQUENCE, tbs + sha384 + signature)])
     c.add("algorithms/declared-sha384-signed-sha256", [ca], [resign(good, ca.key, same, algorithm=sha384)])
-    c.add("algorithms/rsa-oid-ecdsa-signature", [ca], [resign(good, ca.key, same, algorithm=algorithm_der("1.2.840.113549.1.1.11"))])
+    c.add(
+        "algorithms/rsa-oid-ecdsa-signature",
+        [ca],
+        [resign(good, ca.key, same, algorithm=algorithm_der("1.2.840.113549.1.1.11"))],
+    )
     c.add("algorithms/ecdsa-root-rsa-leaf-signed-by-rsa", [ca], [leaf(rsa_root)])
     c.add("algorithms/serial-zero", [ca], [resign(good, ca.key, set_field(SERIAL, tlv(der.INTEGER, b"\x00")))])
     c.add("algorithms/serial-159-bits", [ca], [leaf(ca, serial=(1 << 158) + 12345)])
     c.add("algorithms/serial-200-bits", [ca], [resign(good, ca.key, set_field(SERIAL, tlv(der.INTEGER, b"\x01" * 25)))])
     c.add("algorithms/serial-negative", [ca], [resign(good, ca.key, set_field(SERIAL, tlv(der.INTEGER, b"\xff")))])
-    c.add("algorithms/serial-non-minimal", [ca], [resign(good, ca.key, set_field(SERIAL, tlv(der.INTEGER, b"\x00\x01")))])
+    c.add(
+        "algorithms/serial-non-minimal", [ca], [resign(good, ca.key, set_field(SERIAL, tlv(der.INTEGER, b"\x00\x01")))]
+    )
     trailing = tlv(der.SEQUENCE, tbs + algorithm + signature) + b"\x00"
     c.add("algorithms/trailing-data", [ca], [trailing])
 
@@ -700,7 +728,7 @@ def _chain_cases(c: Corpus) -> None:
     c.add("chains/intermediate-loop", [ca], [leaf(a_node), a_node, b_node])
     renamed = make(ALLOWED, root("requestheader-ca-renamed", key=ca.key))
     c.add("chains/issuer-name-differs-same-key", [ca], [renamed])
-    wrong_aki = resign(leaf(ca, key_ids=False), ca.key, add_extension(extension_der("2.5.29.35", tlv(der.SEQUENCE, tlv(0x80, b"\x09" * 20)))))
+    wrong_aki = extended(leaf(ca, key_ids=False), ca.key, "2.5.29.35", tlv(der.SEQUENCE, tlv(0x80, b"\x09" * 20)))
     c.add("chains/leaf-authority-key-id-mismatch", [ca], [wrong_aki])
 
 
@@ -728,7 +756,7 @@ def _bundle_cases(c: Corpus) -> None:
     c.add("bundle/duplicate-ca", second_pem + second_pem, [end])
     c.add("bundle/empty", b"", [end])
     c.add("bundle/no-certificate-block", key_block, [end])
-    critical = resign(ca, ca.key, add_extension(extension_der("1.3.6.1.4.1.55555.2", b"\x05\x00", True)))
+    critical = extended(ca, ca.key, "1.3.6.1.4.1.55555.2", b"\x05\x00", True)
     c.add("bundle/unknown-critical-ca-alongside", pem(critical.der) + second_pem, [end])
 
 

@@ -43,6 +43,7 @@ from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from hyperframe.frame import GoAwayFrame
 
+from secure_orca.authz import kubex509
 from secure_orca.errors import SecureOrcaError
 from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 
@@ -277,7 +278,11 @@ class TLSAwareTCPServer(TCPServer):
 
 
 def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SSLContext:
-    """TLS 1.2+ server context with ALPN h2 and http/1.1, requesting (not requiring) a client certificate."""
+    """TLS 1.2+ server context with ALPN h2 and http/1.1, requesting (not requiring) a client certificate.
+
+    The handshake trusts exactly the certificates kube-apiserver reads from the CA files (client-go's reading:
+    other PEM blocks and blocks with headers are skipped, which OpenSSL's own file loader refuses), and, as Go,
+    accepts any of them as a trust anchor, self-signed or not (partial chains)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION
@@ -285,9 +290,13 @@ def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SS
     context.load_cert_chain(cert, key)
     if client_cas:
         for ca in client_cas:
-            context.load_verify_locations(cafile=str(ca))
+            try:
+                anchors = kubex509.ca_bundle(ca.read_bytes())
+            except ValueError:
+                raise ValueError(f"{ca}: holds no CA certificate kube-apiserver would read") from None
+            context.load_verify_locations(cadata=b"".join(anchors))
         context.verify_mode = ssl.CERT_OPTIONAL
-        context.verify_flags |= _NO_CHECK_TIME
+        context.verify_flags |= _NO_CHECK_TIME | ssl.VERIFY_X509_PARTIAL_CHAIN
     else:
         context.verify_mode = ssl.CERT_NONE
     return context
