@@ -27,7 +27,7 @@ import trustme
 from secure_orca.authz.frontproxy import FrontProxyVerifier
 from secure_orca.authz.trust import parse_ca_bundle
 from secure_orca.errors import CredentialError
-from secure_orca.server.adapter import make_server_context
+from secure_orca.server.adapter import make_server_context, tls_extension
 from secure_orca.server.middleware import ChainCache
 from tests import x509corpus
 from tests.x509corpus import Case
@@ -205,13 +205,23 @@ def _pump(
     return "stalled"
 
 
-def handshake(case: Case, serving: tuple[Path, Path], workdir: Path) -> str:
+def served(case: Case, server: ssl.SSLObject) -> Verdict:
+    """After an accepted handshake, the decision along the server's own path: the ASGI TLS extension from the
+    connection (adapter.tls_extension), then the per-connection chain cache."""
+    roots = parse_ca_bundle(case.bundle, FLAG, Path("requestheader-ca.crt"))
+    tls = tls_extension(server)
+    assert tls is not None
+    result = ChainCache(FrontProxyVerifier(roots, case.names)).lookup(tuple(tls["client_cert_chain"]), case.at)
+    return Verdict("grant" if result.ok else "refuse", str(result.reason))
+
+
+def handshake(case: Case, serving: tuple[Path, Path], workdir: Path) -> tuple[str, Verdict | None]:
     """A real TLS handshake, in memory, between the server's context for this CA bundle and a client
     presenting the case's chain."""
     if case.key is None or not case.chain:
-        return "n/a: no chain or no key"
+        return "n/a: no chain or no key", None
     if ours(case).verdict == "bundle":
-        return "n/a: the server refuses this CA bundle at start-up"
+        return "n/a: the server refuses this CA bundle at start-up", None
     slug = case.name.replace("/", "_")
     bundle, chain, key = workdir / f"{slug}.ca", workdir / f"{slug}.crt", workdir / f"{slug}.key"
     bundle.write_bytes(case.bundle)
@@ -220,30 +230,36 @@ def handshake(case: Case, serving: tuple[Path, Path], workdir: Path) -> str:
     try:
         server_context = make_server_context(serving[0], serving[1], [bundle])
     except ssl.SSLError as error:
-        return f"server-cannot-load-bundle: {getattr(error, 'reason', None)}"
+        return f"server-cannot-load-bundle: {getattr(error, 'reason', None)}", None
     client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client_context.check_hostname = False
     client_context.verify_mode = ssl.CERT_NONE
     try:
         client_context.load_cert_chain(chain, key)
     except ssl.SSLError as error:
-        return f"client-cannot-present: {getattr(error, 'reason', None)}"
+        return f"client-cannot-present: {getattr(error, 'reason', None)}", None
     server_in, to_client, client_in, to_server = (ssl.MemoryBIO() for _ in range(4))
     server = server_context.wrap_bio(server_in, to_client, server_side=True)
     client = client_context.wrap_bio(client_in, to_server)
-    return _pump(server, client, to_server, to_client, server_in, client_in)
+    outcome = _pump(server, client, to_server, to_client, server_in, client_in)
+    return outcome, served(case, server) if outcome == "accepted" else None
 
 
 def test_handshake_column(
     corpus: list[Case], go_verdicts: dict[str, Verdict], serving: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """OpenSSL must let through every chain kube grants, except the listed ones; the column is printed."""
+    """Through the server's real handshake and its own path to the verifier: never a grant kube refuses, and
+    every chain kube grants gets through OpenSSL except the listed ones. The column is printed."""
     rows = []
     refused_kube_grants = {}
     for case in corpus:
-        outcome = handshake(case, serving, tmp_path)
+        outcome, decision = handshake(case, serving, tmp_path)
         go = go_verdicts[case.name].verdict
-        rows.append(f"{case.name:62} go={go:7} ours={ours(case).verdict:7} handshake={outcome}")
+        server = decision.verdict if decision else "-"
+        rows.append(f"{case.name:62} go={go:7} ours={ours(case).verdict:7} server={server:7} handshake={outcome}")
+        if decision is not None:
+            assert decision.verdict == ours(case).verdict, (case.name, decision)
+            assert decision.verdict != "grant" or go == "grant", f"{case.name}: the server grants, kube refuses"
         if go == "grant" and outcome.startswith("refused"):
             refused_kube_grants[case.name] = outcome
     print("\n".join(rows))

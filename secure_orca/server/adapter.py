@@ -22,6 +22,7 @@ import importlib.metadata
 import logging
 import random
 import ssl
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -74,18 +75,28 @@ def peer_chain_der(ssl_object: ssl.SSLObject) -> list[bytes]:
     return [leaf]
 
 
+def subject_name(leaf: bytes) -> str | None:
+    """The leaf's subject as RFC 4514 text, or None where cryptography cannot read the certificate: the chain
+    is passed on all the same, for the front-proxy verifier reads certificates as Go does, not as cryptography."""
+    with warnings.catch_warnings():  # a client's odd certificate must not write warnings to our log
+        warnings.simplefilter("ignore")
+        try:
+            return x509.load_der_x509_certificate(leaf).subject.rfc4514_string()
+        except (ValueError, x509.InvalidVersion):
+            return None
+
+
 def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[str, Any] | None:
     """The ASGI TLS extension (asgiref specs/tls.rst v0.2) for one connection."""
     if ssl_object is None:
         return None
     chain = peer_chain_der(ssl_object)
-    certs = [x509.load_der_x509_certificate(der) for der in chain]
     pems = [ssl.DER_cert_to_PEM_cert(der) for der in chain]
     cipher = ssl_object.cipher()
     return {
         "server_cert": None,
         "client_cert_chain": pems,
-        "client_cert_name": certs[0].subject.rfc4514_string() if certs else None,
+        "client_cert_name": subject_name(chain[0]) if chain else None,
         "client_cert_error": None,
         "tls_version": _TLS_VERSIONS.get(ssl_object.version() or ""),
         "cipher_suite": None,
