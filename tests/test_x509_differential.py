@@ -252,10 +252,14 @@ def test_handshake_column(
     every chain kube grants gets through OpenSSL except the listed ones. The column is printed."""
     rows = []
     refused_kube_grants = {}
+    table: dict[str, Counter[str]] = {}
     for case in corpus:
         outcome, decision = handshake(case, serving, tmp_path)
         go = go_verdicts[case.name].verdict
         server = decision.verdict if decision else "-"
+        tally = table.setdefault(case.category, Counter())
+        tally.update(["cases", f"go {go}", "agree" if ours(case).verdict == go else "differ"])
+        tally[f"handshake {outcome.split(':')[0]}"] += 1
         rows.append(f"{case.name:62} go={go:7} ours={ours(case).verdict:7} server={server:7} handshake={outcome}")
         if decision is not None:
             assert decision.verdict == ours(case).verdict, (case.name, decision)
@@ -263,5 +267,15 @@ def test_handshake_column(
         if go == "grant" and outcome.startswith("refused"):
             refused_kube_grants[case.name] = outcome
     print("\n".join(rows))
-    print(Counter(row.split("handshake=")[1].split(":")[0] for row in rows))
+    columns = ["cases", "go grant", "go refuse", "go bundle", "agree", "differ", "handshake accepted"]
+    columns += [
+        "handshake refused",
+        "handshake client-cannot-present",
+        "handshake no-certificate-sent",
+        "handshake n/a",
+    ]
+    print("| category | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for category, tally in [*table.items(), ("all", sum(table.values(), Counter()))]:
+        print(f"| {category} | " + " | ".join(str(tally[c]) for c in columns) + " |")
     assert set(refused_kube_grants) == set(HANDSHAKE_KNOWN), refused_kube_grants
