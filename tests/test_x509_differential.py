@@ -21,12 +21,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import trustme
 
 from secure_orca.authz.frontproxy import FrontProxyVerifier
 from secure_orca.authz.trust import parse_ca_bundle
 from secure_orca.errors import CredentialError
+from secure_orca.lab import replicas as launch
 from secure_orca.server.adapter import make_server_context, tls_extension
 from secure_orca.server.middleware import ChainCache
 from tests import x509corpus
@@ -279,3 +281,64 @@ def test_handshake_column(
     for category, tally in [*table.items(), ("all", sum(table.values(), Counter()))]:
         print(f"| {category} | " + " | ".join(str(tally[c]) for c in columns) + " |")
     assert set(refused_kube_grants) == set(HANDSHAKE_KNOWN), refused_kube_grants
+
+
+# --- the real server, for a sample of the corpus ----------------------------------------------------------------
+
+REAL_SERVER_SAMPLE = [
+    "trustme/intermediate",  # ordinary grant through a trustme intermediate
+    "basic/root-no-keyusage",  # `openssl req -x509` CA: was refused
+    "names/two-cn-first-allowed",  # was granted
+    "names/cn-printable-star-amp",  # cryptography cannot read the leaf; Go and we grant
+    "chains/intermediate-as-anchor",  # needs VERIFY_X509_PARTIAL_CHAIN
+    "bundle/key-block-first",  # OpenSSL's file loader refused the bundle; the server could not start
+    "eku/leaf-any",  # a known handshake refusal
+    "basic/leaf-version-4",  # was an exception on the request path
+]
+
+
+def _real_decision(replica_url: str, serving_ca: Path, case: Case, workdir: Path) -> str:
+    slug = case.name.replace("/", "_")
+    chain, key = workdir / f"{slug}.crt", workdir / f"{slug}.key"
+    chain.write_bytes(b"".join(ssl.DER_cert_to_PEM_cert(der).encode() for der in case.chain))
+    key.write_bytes(case.key or b"")
+    context = ssl.create_default_context(cafile=str(serving_ca))
+    context.load_cert_chain(chain, key)
+    try:
+        with httpx.Client(verify=context, http2=True, timeout=10) as http:
+            response = http.get(replica_url + "/version", headers=[("endpoint-load-metrics-request", "TEXT")])
+    except httpx.TransportError:
+        return "handshake-refused"
+    assert response.status_code == 200, (case.name, response.status_code)
+    return "grant" if "endpoint-load-metrics" in response.headers else "refuse"
+
+
+def test_real_server_decides_as_the_in_memory_column(
+    corpus: list[Case], go_verdicts: dict[str, Verdict], tmp_path: Path
+) -> None:
+    """``secure-orca serve`` started with each sampled case's CA bundle and allowed names, the chain presented
+    over real TLS and HTTP/2: it reports exactly where Go grants, but for the listed handshake refusals."""
+    serving_ca = trustme.CA()
+    issued = serving_ca.issue_cert("127.0.0.1", "localhost")
+    cert, key, ca = tmp_path / "server.crt", tmp_path / "server.key", tmp_path / "serving-ca.crt"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    serving_ca.cert_pem.write_to_path(str(ca))
+    cases = {case.name: case for case in corpus}
+    argvs = []
+    for name in REAL_SERVER_SAMPLE:
+        bundle = tmp_path / f"{name.replace('/', '_')}.ca"
+        bundle.write_bytes(cases[name].bundle)
+        argvs.append(x509corpus.serve_argv(cert, key, bundle, cases[name].names))
+    with launch.replicas(argvs) as started:
+        seen = {
+            name: _real_decision(replica.url, ca, cases[name], tmp_path)
+            for name, replica in zip(REAL_SERVER_SAMPLE, started, strict=True)
+        }
+        logs = "".join(replica.process.output(tail=200) for replica in started)
+    expected = {
+        name: "handshake-refused" if name in HANDSHAKE_KNOWN else go_verdicts[name].verdict
+        for name in REAL_SERVER_SAMPLE
+    }
+    assert seen == expected
+    assert "Traceback" not in logs

@@ -12,8 +12,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import trustme
 from cryptography import x509
@@ -758,6 +760,19 @@ def _bundle_cases(c: Corpus) -> None:
     c.add("bundle/no-certificate-block", key_block, [end])
     critical = extended(ca, ca.key, "1.3.6.1.4.1.55555.2", b"\x05\x00", True)
     c.add("bundle/unknown-critical-ca-alongside", pem(critical.der) + second_pem, [end])
+
+
+def serve_argv(
+    cert: Path, key: Path, requestheader_ca: Path, names: Sequence[str], client_ca: Path | None = None
+) -> list[str]:
+    """``secure-orca serve`` on an ephemeral loopback port, front-proxy mode only, with these credentials."""
+    argv = [sys.executable, "-m", "secure_orca", "serve", "--bind-address", "127.0.0.1", "--secure-port", "0"]
+    argv += ["--tls-cert-file", str(cert), "--tls-private-key-file", str(key)]
+    argv += ["--requestheader-client-ca-file", str(requestheader_ca)]
+    argv += ["--requestheader-allowed-names", ",".join(names)] if names else []
+    argv += ["--client-ca-file", str(client_ca)] if client_ca else []
+    argv += ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics"]
+    return [*argv, "--endpoint-load-metrics-auth", "front-proxy"]
 
 
 def build() -> list[Case]:

@@ -10,7 +10,6 @@ report and without a traceback in the server's log.
 from __future__ import annotations
 
 import ssl
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,16 +46,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     serving.cert_pem.write_to_path(str(paths["serving-ca.crt"]))
     front_proxy.cert_pem.write_to_path(str(paths["fp-ca.crt"]))
     clients.cert_pem.write_to_path(str(paths["client-ca.crt"]))
-    argv = [
-        sys.executable, "-m", "secure_orca", "serve",
-        "--bind-address", "127.0.0.1", "--secure-port", "0",
-        "--tls-cert-file", str(paths["server.crt"]), "--tls-private-key-file", str(paths["server.key"]),
-        "--client-ca-file", str(paths["client-ca.crt"]),
-        "--requestheader-client-ca-file", str(paths["fp-ca.crt"]),
-        "--requestheader-allowed-names", shapes.ALLOWED,
-        "--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
-        "--endpoint-load-metrics-auth", "front-proxy",
-    ]  # fmt: skip
+    argv = shapes.serve_argv(
+        paths["server.crt"], paths["server.key"], paths["fp-ca.crt"], [shapes.ALLOWED], paths["client-ca.crt"]
+    )
     with launch.replicas([argv]) as started:
         yield Setup(started[0], paths["serving-ca.crt"], front_proxy, clients, work)
 
