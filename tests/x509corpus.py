@@ -281,6 +281,14 @@ def algorithm_der(dotted: str) -> bytes:
     return tlv(der.SEQUENCE, _encode_oid(dotted))
 
 
+def algorithm_der_null(dotted: str) -> bytes:
+    return tlv(der.SEQUENCE, _encode_oid(dotted) + tlv(0x05, b""))
+
+
+def _integer(value: int) -> bytes:
+    return tlv(der.INTEGER, value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True))
+
+
 def _from_pem(blob: bytes) -> bytes:
     return x509.load_pem_x509_certificate(blob).public_bytes(serialization.Encoding.DER)
 
@@ -658,6 +666,28 @@ def _algorithm_cases(c: Corpus) -> None:
     spki.element(der.SEQUENCE)
     no_null = tlv(der.SEQUENCE, algorithm_der("1.2.840.113549.1.1.1") + spki.element(der.BIT_STRING))
     c.add("algorithms/rsa-key-without-null-params", [ca], [resign(rsa_leaf, ca.key, set_field(SPKI, no_null))])
+    numbers = rsa.generate_private_key(65537, 2048).public_key().public_numbers()
+    for exponent in (1, 3, (1 << 63) + 1):
+        raw_key = tlv(der.SEQUENCE, _integer(numbers.n) + _integer(exponent))
+        rsa_spki_e = tlv(
+            der.SEQUENCE, algorithm_der_null("1.2.840.113549.1.1.1") + tlv(der.BIT_STRING, b"\0" + raw_key)
+        )
+        label = "huge" if exponent > 3 else str(exponent)
+        c.add(f"algorithms/rsa-leaf-exponent-{label}", [ca], [resign(x_leaf, ca.key, set_field(SPKI, rsa_spki_e))])
+    point = ec_key().public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.CompressedPoint)
+    compressed = tlv(
+        der.SEQUENCE,
+        tlv(der.SEQUENCE, _encode_oid("1.2.840.10045.2.1") + _encode_oid("1.2.840.10045.3.1.7"))
+        + tlv(der.BIT_STRING, b"\0" + point),
+    )
+    c.add("algorithms/ec-leaf-compressed-point", [ca], [resign(x_leaf, ca.key, set_field(SPKI, compressed))])
+    ed_raw = (
+        ed25519.Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    )
+    ed_params = tlv(der.SEQUENCE, algorithm_der_null("1.3.101.112") + tlv(der.BIT_STRING, b"\0" + ed_raw))
+    c.add("algorithms/ed25519-leaf-key-with-parameters", [ca], [resign(x_leaf, ca.key, set_field(SPKI, ed_params))])
     good = leaf(ca)
     tbs, algorithm, signature = _split(good.der)
     flipped = signature[:-1] + bytes([signature[-1] ^ 1])

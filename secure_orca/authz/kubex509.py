@@ -38,8 +38,14 @@ _AIA = "1.3.6.1.5.5.7.1.1"
 _SAN = "2.5.29.17"
 _NAME_CONSTRAINTS = "2.5.29.30"
 _POLICY_EXTENSIONS = frozenset({"2.5.29.33", "2.5.29.36", "2.5.29.54"})  # mappings, constraints, inhibitAnyPolicy
-_RSA, _EC, _ED25519 = "1.2.840.113549.1.1.1", "1.2.840.10045.2.1", "1.3.101.112"
-_KNOWN_KEYS = frozenset({_RSA, _EC, _ED25519, "1.3.101.110", "1.2.840.10040.4.1"})  # + X25519, DSA
+_RSA, _EC, _ED25519, _X25519, _DSA = (
+    "1.2.840.113549.1.1.1",
+    "1.2.840.10045.2.1",
+    "1.3.101.112",
+    "1.3.101.110",
+    "1.2.840.10040.4.1",
+)
+_KNOWN_KEYS = frozenset({_RSA, _EC, _ED25519, _X25519, _DSA})
 _GO_CURVES = frozenset({"1.3.132.0.33", "1.2.840.10045.3.1.7", "1.3.132.0.34", "1.3.132.0.35"})
 _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "2.16.840.1.101.3.4.2.1": hashes.SHA256,
@@ -188,22 +194,31 @@ def _time(reader: Reader) -> dt.datetime:
     raise Malformed("validity time")
 
 
-def _check_key(key_oid: str, params: bytes | None, spki: bytes) -> None:
-    """Go refuses the whole certificate when a key of an algorithm it knows does not parse."""
-    if key_oid not in _KNOWN_KEYS:
+def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> None:
+    """Go's parsePublicKey: a key of an algorithm Go knows must parse, or the whole certificate is refused.
+    ``params`` is the whole parameters element (None when absent), ``key`` the subjectPublicKey bits."""
+    if key_oid == _RSA:
+        if params != b"\x05\x00":
+            raise Malformed("RSA key without NULL parameters")
+        body = Reader(key).sub(der.SEQUENCE)
+        modulus, exponent = body.integer(), body.integer()
+        if modulus <= 0 or not 0 < exponent < 1 << 63:
+            raise Malformed("RSA key")
         return
-    if key_oid == _RSA and params != b"":
-        raise Malformed("RSA key without NULL parameters")
+    if key_oid in (_ED25519, _X25519):
+        if params is not None or len(key) != 32:
+            raise Malformed("Edwards/Montgomery key")
+        return
     if key_oid == _EC:
-        curve = params
-        if curve is None or Reader(b"\x06" + bytes([len(curve)]) + curve).oid() not in _GO_CURVES:
+        if params is None or Reader(params).oid() not in _GO_CURVES:
             raise Malformed("unsupported elliptic curve")
-    try:
-        key = serialization.load_der_public_key(spki)
-    except (ValueError, UnsupportedAlgorithm):
-        raise Malformed("public key") from None
-    if isinstance(key, rsa.RSAPublicKey) and key.public_numbers().e < 2:
-        raise Malformed("RSA exponent")
+        if not key.startswith(b"\x04"):
+            raise Malformed("EC point is not uncompressed")
+    if key_oid in (_EC, _DSA):
+        try:
+            serialization.load_der_public_key(spki)
+        except (ValueError, UnsupportedAlgorithm):
+            raise Malformed("public key") from None
 
 
 def _general_names(reader: Reader) -> Iterator[tuple[int, bytes]]:
@@ -443,15 +458,10 @@ def parse_certificate(data: bytes) -> GoCertificate:
     spki = Reader(raw_spki).sub(der.SEQUENCE)
     key_algorithm = spki.sub(der.SEQUENCE)
     key_oid = key_algorithm.oid()
-    key_params: bytes | None = None
-    if not key_algorithm.empty():
-        params_tag, key_params = key_algorithm.any()
-        if key_oid == _RSA and params_tag != 0x05:
-            raise Malformed("RSA key without NULL parameters")
-        if key_oid == _EC and params_tag != der.OID:
-            raise Malformed("EC key parameters")
-    spki.bit_string()
-    _check_key(key_oid, key_params, raw_spki)
+    params_tag = key_algorithm.peek()
+    key_params = None if params_tag is None else key_algorithm.element(params_tag)
+    key_bits, _ = spki.bit_string()
+    _check_key(key_oid, key_params, key_bits, raw_spki)
     fields = Extensions()
     if version > 1:
         tbs.optional(der.context(1))
@@ -759,9 +769,7 @@ def _constraints_hold(chain: Sequence[GoCertificate]) -> bool:
     return True
 
 
-def verify(
-    leaf: GoCertificate, intermediates: Sequence[GoCertificate], roots: Pool, now: dt.datetime
-) -> Outcome:
+def verify(leaf: GoCertificate, intermediates: Sequence[GoCertificate], roots: Pool, now: dt.datetime) -> Outcome:
     """Go's ``leaf.Verify`` with ``Roots=roots``, ``Intermediates`` the rest of the chain, ``KeyUsages=[ClientAuth]``
     and ``CurrentTime=now``."""
     if leaf.ext.unhandled_critical:
