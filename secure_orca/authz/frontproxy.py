@@ -22,7 +22,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from secure_orca.authz import kubex509
+from secure_orca.authz.kubex509 import Pool, parse_certificate
+from secure_orca.authz.kubex509 import verify as verify_chain
 from secure_orca.authz.reasons import Reason
 
 _FAILURES = {"expired": Reason.EXPIRED, "eku": Reason.EKU, "untrusted": Reason.UNTRUSTED_CA}
@@ -52,7 +53,7 @@ def common_name(cert: x509.Certificate) -> str | None:
     """The Subject's Common Name as Go's ``pkix.Name.CommonName`` gives it: the last CN attribute (None when the
     subject has none or Go could not read the certificate)."""
     try:
-        return kubex509.parse_certificate(cert.public_bytes(Encoding.DER)).common_name or None
+        return parse_certificate(cert.public_bytes(Encoding.DER)).common_name or None
     except ValueError:
         return None
 
@@ -64,7 +65,7 @@ class FrontProxyVerifier:
         if not roots:
             raise ValueError("the requestheader CA bundle holds no certificate")
         try:
-            self._roots = kubex509.Pool([kubex509.parse_certificate(c.public_bytes(Encoding.DER)) for c in roots])
+            self._roots = Pool([parse_certificate(c.public_bytes(Encoding.DER)) for c in roots])
         except ValueError:
             raise ValueError("the requestheader CA bundle holds a certificate Go cannot parse") from None
         self.allowed_names = frozenset(allowed_names)
@@ -81,10 +82,10 @@ class FrontProxyVerifier:
         if not chain:
             return NO_CERTIFICATE
         try:
-            presented = [kubex509.parse_certificate(der) for der in chain]
+            presented = [parse_certificate(der) for der in chain]
         except ValueError:
             return FrontProxyResult(False, Reason.UNTRUSTED_CA)
-        outcome = kubex509.verify(presented[0], presented[1:], self._roots, now)
+        outcome = verify_chain(presented[0], presented[1:], self._roots, now)
         if not outcome.chains:
             return FrontProxyResult(False, _FAILURES[outcome.failure])
         if self.allowed_names and presented[0].common_name not in self.allowed_names:

@@ -26,7 +26,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
-from secure_orca.authz import der
+import secure_orca.authz.der as der
 from secure_orca.authz.der import Malformed, Reader
 
 COMMON_NAME = "2.5.4.3"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from secure_orca.authz import kubex509
+from secure_orca.authz.kubex509 import ca_bundle
 from secure_orca.errors import CredentialError
 from secure_orca.orca.optin import SECRET_CHARS
 
@@ -49,7 +49,7 @@ def parse_ca_bundle(data: bytes, flag: str, path: Path) -> list[x509.Certificate
     if b"-----BEGIN CERTIFICATE-----" not in data:
         raise CredentialError(flag, f"{path}: holds no PEM certificate")
     try:
-        return [x509.load_der_x509_certificate(block) for block in kubex509.ca_bundle(data)]
+        return [x509.load_der_x509_certificate(block) for block in ca_bundle(data)]
     except (ValueError, x509.InvalidVersion):
         raise CredentialError(flag, f"{path}: malformed PEM certificate") from None
 

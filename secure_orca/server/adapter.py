@@ -44,7 +44,7 @@ from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from hyperframe.frame import GoAwayFrame
 
-from secure_orca.authz import kubex509
+from secure_orca.authz.kubex509 import ca_bundle
 from secure_orca.errors import SecureOrcaError
 from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 
@@ -302,7 +302,7 @@ def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SS
     if client_cas:
         for ca in client_cas:
             try:
-                anchors = kubex509.ca_bundle(ca.read_bytes())
+                anchors = ca_bundle(ca.read_bytes())
             except ValueError:
                 raise ValueError(f"{ca}: holds no CA certificate kube-apiserver would read") from None
             context.load_verify_locations(cadata=b"".join(anchors))
