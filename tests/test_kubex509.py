@@ -4,6 +4,9 @@ the promise that no certificate, however malformed, makes the verifier raise."""
 from __future__ import annotations
 
 import pytest
+from cryptography import x509
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from secure_orca.authz import der, kubex509
 from secure_orca.authz.frontproxy import FrontProxyVerifier
@@ -54,9 +57,52 @@ def test_no_certificate_of_the_corpus_makes_the_verifier_raise() -> None:
     outcomes = set()
     for case in shapes.build():
         try:
-            roots = [shapes.x509.load_der_x509_certificate(block) for block in kubex509.ca_bundle(case.bundle)]
-        except (ValueError, shapes.x509.InvalidVersion):
+            roots = [x509.load_der_x509_certificate(block) for block in kubex509.ca_bundle(case.bundle)]
+        except (ValueError, x509.InvalidVersion):
             continue
         result = FrontProxyVerifier(roots, case.names).verify_der(case.chain, case.at)
         outcomes.add(result.reason)
     assert {Reason.FRONT_PROXY, Reason.UNTRUSTED_CA, Reason.EKU, Reason.EXPIRED, Reason.NAME_NOT_ALLOWED} <= outcomes
+
+
+_CA = shapes.root()
+_MID = shapes.make("intermediate", _CA, ca=True, constraints=x509.NameConstraints([x509.DNSName("example.com")], None))
+_LEAF = shapes.leaf(_MID, san=[x509.DNSName("a.example.com"), x509.RFC822Name("a@example.com")])
+_VERIFIER = FrontProxyVerifier([_CA.cert], [shapes.ALLOWED])
+edits = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 10_000), st.integers(-1, 255)), min_size=1, max_size=4)
+
+
+def _mutated(edit_list: list[tuple[int, int, int]]) -> list[bytes]:
+    chain = [bytearray(_LEAF.der), bytearray(_MID.der)]
+    for which, position, byte in edit_list:
+        target = chain[which]
+        index = position % len(target)
+        if byte < 0:
+            del target[index]
+        else:
+            target[index] = byte
+    return [bytes(c) for c in chain]
+
+
+@settings(max_examples=300, deadline=None)
+@given(edits)
+def test_mutated_chains_give_a_result_never_an_exception(edit_list: list[tuple[int, int, int]]) -> None:
+    result = _VERIFIER.verify_der(_mutated(edit_list), shapes.NOW)
+    assert result.ok in (True, False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10_000), st.integers(-1, 255))
+def test_mutated_ca_bundles_are_read_or_refused_never_raise(position: int, byte: int) -> None:
+    bundle = bytearray(shapes.pem(_CA.der))
+    index = position % len(bundle)
+    if byte < 0:
+        del bundle[index]
+    else:
+        bundle[index] = byte
+    try:
+        roots = kubex509.ca_bundle(bytes(bundle))
+    except der.Malformed:
+        return
+    for block in roots:
+        kubex509.parse_certificate(block)

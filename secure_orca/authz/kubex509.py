@@ -37,7 +37,6 @@ MAX_SIGNATURE_CHECKS = 100  # Go's maxChainSignatureChecks
 _AIA = "1.3.6.1.5.5.7.1.1"
 _SAN = "2.5.29.17"
 _NAME_CONSTRAINTS = "2.5.29.30"
-_POLICY_EXTENSIONS = frozenset({"2.5.29.33", "2.5.29.36", "2.5.29.54"})  # mappings, constraints, inhibitAnyPolicy
 _RSA, _EC, _ED25519, _X25519, _DSA = (
     "1.2.840.113549.1.1.1",
     "1.2.840.10045.2.1",
