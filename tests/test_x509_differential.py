@@ -61,6 +61,7 @@ HANDSHAKE_KNOWN: dict[str, str] = {
     "constraints/dirname-only-noncritical": "OpenSSL enforces directoryName constraints; Go ignores them",
     "algorithms/rsa1024-root": "OpenSSL security level 2 refuses a 1024-bit CA key",
     "chains/cross-signed-both": "OpenSSL takes the first presented issuer by name and does not backtrack to the other",
+    "chains/signature-checks-at-limit": "OpenSSL takes the first presented issuer by name and does not backtrack",
     "chains/leaf-authority-key-id-mismatch": "OpenSSL requires the issuer's key identifier to match the AKI",
 }
 

@@ -758,6 +758,13 @@ def _chain_cases(c: Corpus) -> None:
     b_node = make("loop-b", a_signer, ca=True, key=loop_b_key)
     a_node = make("loop-a", b_node, ca=True, key=loop_a_key)
     c.add("chains/intermediate-loop", [ca], [leaf(a_node), a_node, b_node])
+    # Go stops after 100 signature checks per Verify: decoys named like the intermediate, tried first
+    real = make("busy-intermediate", ca, ca=True, key_ids=False)
+    decoy_signer = root("decoy-signer")
+    decoys = [make("busy-intermediate", decoy_signer, ca=True, key_ids=False) for _ in range(99)]
+    busy_leaf = leaf(real, key_ids=False)
+    c.add("chains/signature-checks-at-limit", [ca], [busy_leaf, *decoys[:98], real])
+    c.add("chains/signature-checks-over-limit", [ca], [busy_leaf, *decoys, real])
     renamed = make(ALLOWED, root("requestheader-ca-renamed", key=ca.key))
     c.add("chains/issuer-name-differs-same-key", [ca], [renamed])
     wrong_aki = extended(leaf(ca, key_ids=False), ca.key, "2.5.29.35", tlv(der.SEQUENCE, tlv(0x80, b"\x09" * 20)))
