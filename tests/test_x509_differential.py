@@ -34,6 +34,7 @@ from secure_orca.server.middleware import ChainCache
 from tests import x509corpus
 from tests.x509corpus import Case
 
+pytestmark = pytest.mark.timeout(600)  # a cold build of the oracle compiles Go's standard library (~45 s here)
 ORACLE_SOURCE = Path(__file__).parent / "x509oracle"
 FLAG = "--requestheader-client-ca-file"
 

@@ -383,6 +383,8 @@ def _name_cases(c: Corpus) -> None:
     named("leading-space", name_der(cn(" " + ALLOWED)))
     named("embedded-nul", name_der(cn(ALLOWED + "\0evil")))
     named("cn-then-org", name_der(cn(ALLOWED), org))
+    named("attribute-type-oid-arc-2-31", name_der(cn(ALLOWED), ("1.3.6.1.4.1.2147483648", u, b"x")))
+    named("attribute-type-oid-arc-2-31-minus-1", name_der(cn(ALLOWED), ("1.3.6.1.4.1.2147483647", u, b"x")))
     named("org-then-cn", name_der(org, cn(ALLOWED)))
     named("org-only", name_der(("2.5.4.10", u, ALLOWED.encode())))
     named("empty-cn", name_der(cn("")))
@@ -407,6 +409,9 @@ def _eku_cases(c: Corpus) -> None:
     c.add("eku/leaf-critical", [ca], [leaf(ca, eku_critical=True)])
     empty = extended(leaf(ca, eku=None), ca.key, "2.5.29.37", tlv(der.SEQUENCE, b""))
     c.add("eku/leaf-empty-list", [ca], [empty])
+    big_arc = _encode_oid("1.3.6.1.4.1.2147483648")  # an arc of 2**31: past what cryptobyte reads
+    client_and_big = tlv(der.SEQUENCE, _encode_oid("1.3.6.1.5.5.7.3.2") + big_arc)
+    c.add("eku/leaf-client-and-oid-arc-2-31", [ca], [extended(leaf(ca, eku=None), ca.key, "2.5.29.37", client_and_big)])
     bad = extended(leaf(ca, eku=None), ca.key, "2.5.29.37", b"\x30\x03\x06\x01")
     c.add("eku/leaf-malformed", [ca], [bad])
     for label, usages in (("server-only", (SERVER,)), ("client", (CLIENT,)), ("any", (any_eku,)), ("none", None)):
@@ -455,6 +460,8 @@ def _constraint_cases(c: Corpus) -> None:
     c.add(
         "basic/leaf-negative-pathlen", [ca], [resign(leaf(ca, basic_constraints=None), ca.key, add_extension(bad_path))]
     )
+    huge_path = extension_der("2.5.29.19", tlv(der.SEQUENCE, tlv(der.BOOLEAN, b"\xff") + _integer(1 << 64)), True)
+    c.add("basic/leaf-pathlen-2-64", [ca], [resign(leaf(ca, basic_constraints=None), ca.key, add_extension(huge_path))])
     v1_root = root(key_ids=False)
     v1_root = resign(v1_root, v1_root.key, to_v1)
     c.add("basic/v1-root", [v1_root], [leaf(v1_root, key_ids=False)])
@@ -587,6 +594,8 @@ def _extension_cases(c: Corpus) -> None:
     c.add("extensions/intermediate-policies-only", [ca], [leaf(mid), with_policies])
     c.add("extensions/intermediate-policies-and-require-explicit", [ca], [leaf(mid), with_both])
     with_policy = extended(leaf(mid), mid.key, "2.5.29.32", policy.public_bytes())
+    big_policy = tlv(der.SEQUENCE, tlv(der.SEQUENCE, _encode_oid("1.3.6.1.4.1.1099511627776")))
+    c.add("extensions/leaf-policy-oid-arc-2-40", [ca], [extended(leaf(ca), ca.key, "2.5.29.32", big_policy)])
     c.add("extensions/policies-everywhere-and-require-explicit", [ca], [with_policy, with_both])
 
 

@@ -105,13 +105,21 @@ class Reader:
     def bit_string(self) -> tuple[bytes, int]:
         """(bytes, number of unused bits)."""
         value = self.read(BIT_STRING)
-        if not value or value[0] > 7 or (len(value) == 1 and value[0]) or (
-            len(value) > 1 and value[-1] & ((1 << value[0]) - 1)
+        if (
+            not value
+            or value[0] > 7
+            or (len(value) == 1 and value[0])
+            or (len(value) > 1 and value[-1] & ((1 << value[0]) - 1))
         ):
             raise Malformed("bit string")
         return value[1:], value[0]
 
     def oid(self) -> str:
+        """An OBJECT IDENTIFIER as cryptobyte reads one: every arc below 2**31."""
+        return decode_oid(self.read(OID), max_arc=1 << 31)
+
+    def any_oid(self) -> str:
+        """An OBJECT IDENTIFIER of any arc size (Go's newOIDFromDER, used for certificate policies)."""
         return decode_oid(self.read(OID))
 
     def done(self) -> None:
@@ -125,7 +133,8 @@ def decode_integer(value: bytes) -> int:
     return int.from_bytes(value, "big", signed=True)
 
 
-def decode_oid(value: bytes) -> str:
+def decode_oid(value: bytes, max_arc: int | None = None) -> str:
+    """Dotted form of a base-128 OID; with ``max_arc``, any (encoded) arc reaching it is refused."""
     if not value or value[-1] & 0x80:
         raise Malformed("object identifier")
     arcs: list[int] = []
@@ -135,6 +144,8 @@ def decode_oid(value: bytes) -> str:
         if fresh and byte == 0x80:
             raise Malformed("object identifier")
         current = (current << 7) | (byte & 0x7F)
+        if max_arc is not None and current >= max_arc:
+            raise Malformed("object identifier arc too large")
         fresh = not byte & 0x80
         if fresh:
             arcs.append(current)

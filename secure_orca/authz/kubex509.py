@@ -321,6 +321,15 @@ def _mailbox(address: str) -> tuple[str, str]:
     return local, domain
 
 
+_INT64 = 1 << 63
+
+
+def _int64(value: int) -> int:
+    if not -_INT64 <= value < _INT64:
+        raise Malformed("integer beyond 64 bits")
+    return value
+
+
 def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
     """Read one extension into ``out``; True when Go leaves it unhandled."""
     reader = Reader(value)
@@ -337,7 +346,7 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
         path_len = -1
         if body.peek() == der.INTEGER:
             path_len = body.integer()
-            if path_len < 0:
+            if not 0 <= path_len < _INT64:
                 raise Malformed("basic constraints path length")
         out.basic_constraints_valid, out.is_ca, out.max_path_len = True, is_ca, path_len
     elif oid == _SAN:
@@ -379,9 +388,9 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
     elif oid == "2.5.29.36":
         body = reader.sub(der.SEQUENCE)
         if body.peek() == 0x80:
-            out.require_explicit_policy = body.integer(0x80)
+            out.require_explicit_policy = _int64(body.integer(0x80))
         if body.peek() == 0x81:
-            body.integer(0x81)
+            _int64(body.integer(0x81))
         out.policy_processing = True
     elif oid == "2.5.29.37":
         body = reader.sub(der.SEQUENCE)
@@ -397,7 +406,7 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
         body = reader.sub(der.SEQUENCE)
         seen = set()
         while not body.empty():
-            policy = body.sub(der.SEQUENCE).oid()
+            policy = body.sub(der.SEQUENCE).any_oid()
             if policy in seen:
                 raise Malformed("duplicate policy")
             seen.add(policy)
@@ -406,11 +415,11 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
         body = reader.sub(der.SEQUENCE)
         while not body.empty():
             pair = body.sub(der.SEQUENCE)
-            pair.oid()
-            pair.oid()
+            pair.read(der.OID)
+            pair.read(der.OID)
         out.policy_processing = True
     elif oid == "2.5.29.54":
-        reader.integer()
+        _int64(reader.integer())
         out.policy_processing = True
     elif oid == _AIA:
         if critical:
