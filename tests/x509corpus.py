@@ -616,6 +616,20 @@ def _validity_cases(c: Corpus) -> None:
     )
     fraction = tlv(der.SEQUENCE, utc_time(NOW - DAY) + tlv(0x18, (NOW + DAY).strftime("%Y%m%d%H%M%S.5Z").encode()))
     c.add("validity/leaf-generalized-fraction", [ca], [resign(leaf(ca), ca.key, set_field(VALIDITY, fraction))])
+    later = NOW + DAY
+    for label, not_after in (
+        ("utc-offset", tlv(0x17, (later + dt.timedelta(hours=2)).strftime("%y%m%d%H%M%S+0200").encode())),
+        ("utc-offset-negative", tlv(0x17, (later - dt.timedelta(hours=5)).strftime("%y%m%d%H%M%S-0500").encode())),
+        ("utc-offset-zero", tlv(0x17, later.strftime("%y%m%d%H%M%S+0000").encode())),
+        ("utc-without-seconds", tlv(0x17, later.strftime("%y%m%d%H%MZ").encode())),
+        ("generalized-offset", tlv(0x18, (later + dt.timedelta(hours=1)).strftime("%Y%m%d%H%M%S+0100").encode())),
+        ("utc-offset-minus-zero", tlv(0x17, (NOW - dt.timedelta(minutes=1)).strftime("%y%m%d%H%M%S-0000").encode())),
+    ):
+        spelled = tlv(der.SEQUENCE, utc_time(NOW - DAY) + not_after)
+        c.add(f"validity/leaf-{label}", [ca], [resign(leaf(ca), ca.key, set_field(VALIDITY, spelled))])
+    local = (NOW + dt.timedelta(minutes=30)).strftime("%y%m%d%H%M%S+0100")  # 30 minutes ago in UTC
+    early = tlv(der.SEQUENCE, utc_time(NOW - DAY) + tlv(0x17, local.encode()))
+    c.add("validity/leaf-offset-puts-expiry-in-the-past", [ca], [resign(leaf(ca), ca.key, set_field(VALIDITY, early))])
     mid = make("intermediate", ca, ca=True, not_before=NOW - 3 * DAY, not_after=NOW - DAY)
     c.add("validity/intermediate-expired", [ca], [leaf(mid), mid])
     old = root(not_before=NOW - 3 * DAY, not_after=NOW - DAY)

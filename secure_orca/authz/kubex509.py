@@ -175,22 +175,33 @@ def go_common_name(attributes: Sequence[tuple[str, str]]) -> str:
     return names[-1] if names else ""
 
 
-_TIME_FORMATS = {0x17: (("%y%m%d%H%M%SZ", 13), ("%y%m%d%H%MZ", 11)), 0x18: (("%Y%m%d%H%M%SZ", 15),)}
+_TIMES = {  # Go's cryptobyte: "060102150405Z0700" or "0601021504Z0700"; "20060102150405Z0700"; must round-trip
+    0x17: re.compile(r"(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})?(Z|[+-]\d{4})"),
+    0x18: re.compile(r"(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})(Z|[+-]\d{4})"),
+}
 
 
 def _time(reader: Reader) -> dt.datetime:
-    """UTCTime or GeneralizedTime in UTC ("Z"); other spellings Go accepts are not produced by any issuer we know."""
+    """UTCTime or GeneralizedTime as Go reads them: "Z" or a non-zero +hhmm/-hhmm offset, no fractions."""
     tag, value = reader.any()
-    text = value.decode("ascii", "replace")
-    for fmt, size in _TIME_FORMATS.get(tag, ()):
-        if len(text) != size or not text[:-1].isdigit():
-            continue
-        try:
-            when = dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC)
-        except ValueError:
-            continue
-        return when.replace(year=when.year - 100) if tag == 0x17 and when.year >= 2050 else when
-    raise Malformed("validity time")
+    pattern = _TIMES.get(tag)
+    match = pattern.fullmatch(value.decode("ascii", "replace")) if pattern else None
+    if match is None:
+        raise Malformed("validity time")
+    year, month, day, hour, minute, second, zone = match.groups()
+    try:
+        zone_info = dt.UTC
+        if zone != "Z":
+            hours, minutes = int(zone[1:3]), int(zone[3:])
+            offset = dt.timedelta(hours=hours, minutes=minutes)
+            if not offset or minutes >= 60:
+                raise ValueError("an offset of zero is written Z")
+            zone_info = dt.timezone(-offset if zone[0] == "-" else offset)
+        full_year = int(year) if tag == 0x18 else int(year) + (1900 if int(year) >= 50 else 2000)
+        when = dt.datetime(full_year, int(month), int(day), int(hour), int(minute), int(second or 0), tzinfo=zone_info)
+    except ValueError:
+        raise Malformed("validity time") from None
+    return when.astimezone(dt.UTC)
 
 
 def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> None:
