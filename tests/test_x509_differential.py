@@ -60,6 +60,8 @@ HANDSHAKE_KNOWN: dict[str, str] = {
     "eku/leaf-empty-list": "OpenSSL reads an empty ExtendedKeyUsage list as no usage; Go as any usage",
     "basic/leaf-keyusage-certsign-only": "OpenSSL's sslclient purpose needs digitalSignature in a leaf keyUsage",
     "constraints/dirname-only-noncritical": "OpenSSL enforces directoryName constraints; Go ignores them",
+    "constraints/permitted-uri-0": "OpenSSL matches this URI (upper case, a port) unlike Go",
+    "basic/root-keyusage-empty": "OpenSSL reads an empty keyUsage as no keyCertSign; Go as no keyUsage at all",
     "algorithms/rsa1024-root": "OpenSSL security level 2 refuses a 1024-bit CA key",
     "chains/cross-signed-both": "OpenSSL takes the first presented issuer by name and does not backtrack to the other",
     "chains/signature-checks-at-limit": "OpenSSL takes the first presented issuer by name and does not backtrack",

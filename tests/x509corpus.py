@@ -328,6 +328,38 @@ class Corpus:
         self.cases.append(Case(name, category, bundle_pem, ders, tuple(names), at, key))
 
 
+URI_SANS = (
+    b"spiffe://cluster.local/ns/default/sa/proxy",
+    b"http://%zz/",
+    b"http://exa%41mple.com/",
+    b"http://a b/",
+    b"http://[::1/",
+    b"1http://x/",
+    b"http://x:99999/",
+    b"http://x:port/",
+    b"urn:example:proxy",
+    b"http://user@host.example/p?q#f",
+    b"http://x/%zz",
+    b"http://x/\x7f",
+    b"//host.example/path",
+    b"",
+    b"http://[::1]:8443/",
+    b"http://[10.0.0.1]/",
+    b"http://[fe80::1%25eth0]/",
+    b"http://x:1:2/",
+    b"http://us er@x/",
+    b"http://u%zz@x/",
+    b"http://x/#%zz",
+    b"http://x/?%zz",
+    b"http://%C3%A9.example/",
+    b"http://x%25y/",
+    b"http://a{b}/",
+    b":nothing",
+    b"path:with/colon",
+    b"x?y:z",
+)
+
+
 def _trustme_cases(c: Corpus) -> None:
     ca = trustme.CA()
     root_node = _trustme_ca(ca)
@@ -430,6 +462,9 @@ def _constraint_cases(c: Corpus) -> None:
     c.add("basic/root-no-basic-constraints", [r := root(basic_constraints=None)], [leaf(r)])
     r = make("requestheader-ca", ca=False, key_usage=_KU_CA, eku=None)
     c.add("basic/root-ca-false", [r], [leaf(r)])
+    no_usage = root(key_usage=None)
+    empty_usage = extended(no_usage, no_usage.key, "2.5.29.15", tlv(der.BIT_STRING, b"\x00"), True)
+    c.add("basic/root-keyusage-empty", [empty_usage], [leaf(no_usage)])
     c.add("basic/root-basic-constraints-noncritical", [r := root(basic_constraints=False)], [leaf(r)])
     for label, options in (
         ("no-basic-constraints", {"basic_constraints": None}),
@@ -527,6 +562,19 @@ def _extension_cases(c: Corpus) -> None:
         ),
     ):
         c.add(f"constraints/{label}", [nc_root], [leaf(nc_root, san=san)])
+    uri_root = constrained([x509.UniformResourceIdentifier("example.com")], None)
+    for index, uri in enumerate(
+        (
+            b"spiffe://PROXY.Example.com:8443/x",
+            b"urn:example:proxy",
+            b"http://[::1]/",
+            b"http://10.0.0.1/",
+            b"https://other.org/",
+        )
+    ):
+        uri_san = tlv(der.SEQUENCE, tlv(0x86, uri))
+        no_san = leaf(uri_root)
+        c.add(f"constraints/permitted-uri-{index}", [uri_root], [extended(no_san, uri_root.key, "2.5.29.17", uri_san)])
     dirname = [x509.DirectoryName(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "proxies")]))]
     crit = root("constrained-ca", constraints=x509.NameConstraints(dirname, None))
     c.add("constraints/dirname-only-critical", [crit], [leaf(crit)])
@@ -575,6 +623,11 @@ def _extension_cases(c: Corpus) -> None:
     c.add("extensions/leaf-san-ip-wrong-length", [ca], [extended(plain, ca.key, "2.5.29.17", bad_ip)])
     other_name = tlv(der.SEQUENCE, tlv(0xA0, _encode_oid("1.2.3.4") + tlv(0xA0, tlv(der.UTF8_STRING, b"x"))))
     c.add("extensions/leaf-san-othername-only-critical", [ca], [extended(plain, ca.key, "2.5.29.17", other_name, True)])
+    for index, uri in enumerate(URI_SANS):
+        uri_san = tlv(der.SEQUENCE, tlv(0x86, uri))
+        c.add(f"extensions/leaf-uri-san-{index}", [ca], [extended(plain, ca.key, "2.5.29.17", uri_san)])
+    false_flag = tlv(der.SEQUENCE, _encode_oid("1.3.6.1.4.1.55555.4") + tlv(der.BOOLEAN, b"\x00") + tlv(4, b"\x05\x00"))
+    c.add("extensions/leaf-explicit-false-critical", [ca], [resign(plain, ca.key, add_extension(false_flag))])
     policies = x509.PolicyConstraints(require_explicit_policy=None, inhibit_policy_mapping=0)
     mid = make("intermediate", ca, ca=True)
     pc_mid = extended(mid, ca.key, "2.5.29.36", policies.public_bytes())

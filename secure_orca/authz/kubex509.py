@@ -20,7 +20,6 @@ import ipaddress
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
@@ -254,11 +253,110 @@ def domain_name_valid(name: str, constraint: bool) -> bool:
     return all(label and all(33 <= ord(c) <= 126 for c in label) for label in name.split("."))
 
 
-def _uri_host(uri: str) -> str:
-    try:
-        host = urlsplit(uri).hostname or ""
-    except ValueError:
-        raise Malformed("URI") from None
+_HEX = frozenset("0123456789abcdefABCDEF")
+_HOST_CHARS = frozenset("!\"$&'()*+,-.:;<=>[]_~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_USERINFO_CHARS = frozenset("-._:~!$&'()*+,;=%@0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+def _unescape(text: str, host: bool = False) -> str:
+    """Go's net/url unescape: every %XX well formed; in a host only escapes of bytes >= 0x80 (or %25), and only
+    the characters a host may hold."""
+    i = 0
+    while i < len(text):
+        if text[i] == "%":
+            if i + 2 >= len(text) or text[i + 1] not in _HEX or text[i + 2] not in _HEX:
+                raise Malformed("URL escape")
+            if host and int(text[i + 1], 16) < 8 and text[i : i + 3] != "%25":
+                raise Malformed("URL escape in host")
+            i += 3
+            continue
+        if host and ord(text[i]) < 0x80 and text[i] not in _HOST_CHARS:
+            raise Malformed("character in URL host")
+        i += 1
+    return re.sub(r"%([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), text)
+
+
+def _port_valid(port: str) -> bool:
+    return not port or (port[0] == ":" and all("0" <= c <= "9" for c in port[1:]))
+
+
+def _url_host(authority: str) -> str:
+    """Go's parseHost (strict colons): the host, unescaped, port included."""
+    if "[" in authority:
+        opening, closing = authority.rfind("["), authority.rfind("]")
+        if closing < 0 or not _port_valid(authority[closing + 1 :]):
+            raise Malformed("URL host")
+        hostname = authority[opening + 1 : closing]
+        zone_at = hostname.find("%25")  # an IPv6 zone: fe80::1%25eth0
+        if zone_at >= 0:
+            address = _unescape(hostname[:zone_at], host=True) + "%" + _unescape(hostname[zone_at + 3 :])
+        else:
+            address = _unescape(hostname, host=True)
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            raise Malformed("URL IP literal") from None
+        if parsed.version == 4:
+            raise Malformed("URL IP literal")
+        return f"[{hostname}]{authority[closing + 1 :]}"
+    if ":" in authority and not _port_valid(authority[authority.index(":") :]):
+        raise Malformed("URL port")
+    return _unescape(authority, host=True)
+
+
+def uri_host(uri: str) -> str:
+    """The Host of Go's ``url.Parse(uri)`` (port included, "" for none); :class:`Malformed` where it errors."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in uri):
+        raise Malformed("control character in URL")
+    rest, _, fragment = uri.partition("#")
+    scheme = ""
+    for i, char in enumerate(rest):
+        if char.isascii() and char.isalpha():
+            continue
+        if char.isdigit() or char in "+-.":
+            if i == 0:
+                break
+            continue
+        if char == ":":
+            if i == 0:
+                raise Malformed("missing URL scheme")
+            scheme, rest = rest[:i], rest[i + 1 :]
+        break
+    rest = rest.partition("?")[0]  # the query is kept raw
+    host = ""
+    if not rest.startswith("/"):
+        if scheme:
+            _unescape(fragment)
+            return ""  # opaque
+        if ":" in rest.partition("/")[0]:
+            raise Malformed("colon in the first path segment")
+    if (scheme or not rest.startswith("///")) and rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        rest = slash + path
+        at = authority.rfind("@")
+        host = _url_host(authority[at + 1 :])
+        if at >= 0:
+            userinfo = authority[:at]
+            if any(c.isascii() and c not in _USERINFO_CHARS for c in userinfo):
+                raise Malformed("URL userinfo")
+            for part in userinfo.split(":", 1):
+                _unescape(part)
+    _unescape(rest)
+    _unescape(fragment)
+    return host
+
+
+def _constraint_host(uri: str) -> str | None:
+    """Go's parseURIs: the lower-case host without port, or None where constraints cannot be checked."""
+    host = uri_host(uri).lower()
+    if not host:
+        return None
+    if ":" in host and not host.endswith("]"):
+        host = host.rsplit(":", 1)[0]
+        if ":" in host:
+            return None
+    if _is_ip(host) or (host.startswith("[") and host.endswith("]")):
+        return None
     return host
 
 
@@ -372,7 +470,7 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
                 dns.append(_ia5(item, "dNSName"))
             elif tag == 6:
                 uri = _ia5(item, "URI")
-                host = _uri_host(uri)
+                host = uri_host(uri)
                 if host and not domain_name_valid(host, False):
                     raise Malformed("URI host")
                 uris.append(uri)
@@ -757,7 +855,7 @@ def _ips_allowed(ips: Sequence[bytes], constraints: NameConstraints) -> bool:
 
 def _names_allowed(ext: Extensions, constraints: NameConstraints) -> bool:
     """One certificate's SANs against one CA's constraints; a name Go cannot read refuses the chain."""
-    hosts = [_uri_host(uri) for uri in ext.uris]
+    hosts = [_constraint_host(uri) for uri in ext.uris]
     domains = []
     for address in ext.emails:
         if address.count("@") != 1 or address.startswith("@") or address.endswith("@"):
@@ -765,13 +863,13 @@ def _names_allowed(ext: Extensions, constraints: NameConstraints) -> bool:
         domains.append(address.rpartition("@")[2])
     readable = [*ext.dns_names, *domains]
     if not all(domain_name_valid(n, False) for n in readable) or not all(
-        h and not _is_ip(h) and domain_name_valid(h, False) for h in hosts
+        h is not None and domain_name_valid(h, False) for h in hosts
     ):
         return False
     return (
         _ips_allowed(ext.ips, constraints)
         and _allowed(list(ext.dns_names), constraints, "dns")
-        and _allowed(hosts, constraints, "uri")
+        and _allowed([h for h in hosts if h is not None], constraints, "uri")
         and _allowed(list(ext.emails), constraints, "email")
     )
 
