@@ -61,6 +61,7 @@ HANDSHAKE_KNOWN: dict[str, str] = {
     "basic/leaf-keyusage-certsign-only": "OpenSSL's sslclient purpose needs digitalSignature in a leaf keyUsage",
     "constraints/dirname-only-noncritical": "OpenSSL enforces directoryName constraints; Go ignores them",
     "constraints/permitted-uri-0": "OpenSSL matches this URI (upper case, a port) unlike Go",
+    "constraints/email-6": "OpenSSL reads an email domain constraint as that host only; Go admits subdomains",
     "basic/root-keyusage-empty": "OpenSSL reads an empty keyUsage as no keyCertSign; Go as no keyUsage at all",
     "algorithms/rsa1024-root": "OpenSSL security level 2 refuses a 1024-bit CA key",
     "chains/cross-signed-both": "OpenSSL takes the first presented issuer by name and does not backtrack to the other",

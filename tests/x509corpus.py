@@ -575,6 +575,28 @@ def _extension_cases(c: Corpus) -> None:
         uri_san = tlv(der.SEQUENCE, tlv(0x86, uri))
         no_san = leaf(uri_root)
         c.add(f"constraints/permitted-uri-{index}", [uri_root], [extended(no_san, uri_root.key, "2.5.29.17", uri_san)])
+    mail_root = constrained([x509.RFC822Name("example.com"), x509.RFC822Name("boss@corp.example")], None)
+    for index, address in enumerate(
+        (
+            b"a b@example.com",
+            b'"a b"@example.com',
+            b"a\\ b@example.com",
+            b".a@example.com",
+            b"a..b@example.com",
+            b"a@EXAMPLE.COM",
+            b"a@sub.example.com",
+            b"boss@CORP.example",
+            b"Boss@corp.example",
+            b"a@",
+            b"@example.com",
+            b"a@example.com.",
+            b"a@b@example.com",
+        )
+    ):
+        mail_san = tlv(der.SEQUENCE, tlv(0x81, address))
+        c.add(
+            f"constraints/email-{index}", [mail_root], [extended(leaf(mail_root), mail_root.key, "2.5.29.17", mail_san)]
+        )
     dirname = [x509.DirectoryName(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "proxies")]))]
     crit = root("constrained-ca", constraints=x509.NameConstraints(dirname, None))
     c.add("constraints/dirname-only-critical", [crit], [leaf(crit)])

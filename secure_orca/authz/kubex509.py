@@ -423,11 +423,54 @@ def _is_ip(text: str) -> bool:
     return True
 
 
+_ATEXT = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ!#$%&'*+-/=?^_`{|}~.")
+
+
+def _quoted_ok(code: int) -> bool:
+    return code in (11, 12, 32, 33, 127) or 1 <= code <= 8 or 14 <= code <= 31 or 35 <= code <= 91 or 93 <= code <= 126
+
+
 def _mailbox(address: str) -> tuple[str, str]:
-    local, at, domain = address.rpartition("@")
-    if not at or not local or not domain:
+    """Go's parseRFC2821Mailbox: (local part, domain); :class:`Malformed` where Go cannot parse it."""
+    local: list[str] = []
+    rest = address
+    if rest.startswith('"'):
+        rest = rest[1:]
+        while True:
+            if not rest:
+                raise Malformed("mailbox")
+            char, rest = rest[0], rest[1:]
+            if char == '"':
+                break
+            if char == "\\":
+                if not rest or not (rest[0] in "\x0b\x0c" or 1 <= ord(rest[0]) <= 9 or 14 <= ord(rest[0]) <= 127):
+                    raise Malformed("mailbox")
+                char, rest = rest[0], rest[1:]
+            elif not _quoted_ok(ord(char)):
+                raise Malformed("mailbox")
+            local.append(char)
+    else:
+        while rest:
+            char = rest[0]
+            if char == "\\":  # an escaped character is taken whatever it is
+                rest = rest[1:]
+                if not rest:
+                    raise Malformed("mailbox")
+            elif char not in _ATEXT:
+                break
+            char = rest[0]
+            local.append(char)
+            rest = rest[1:]
+        text = "".join(local)
+        if not text or text[0] == "." or text[-1] == "." or ".." in text:
+            raise Malformed("mailbox")
+    if not rest.startswith("@"):
         raise Malformed("mailbox")
-    return local, domain
+    domain = rest[1:]
+    labels = domain.split(".") if domain else []
+    if labels and (not labels[-1] or any(not label or any(not 33 <= ord(c) <= 126 for c in label) for label in labels)):
+        raise Malformed("mailbox domain")
+    return "".join(local), domain
 
 
 _INT64 = 1 << 63
@@ -858,9 +901,10 @@ def _names_allowed(ext: Extensions, constraints: NameConstraints) -> bool:
     hosts = [_constraint_host(uri) for uri in ext.uris]
     domains = []
     for address in ext.emails:
-        if address.count("@") != 1 or address.startswith("@") or address.endswith("@"):
+        try:
+            domains.append(_mailbox(address)[1])
+        except Malformed:
             return False
-        domains.append(address.rpartition("@")[2])
     readable = [*ext.dns_names, *domains]
     if not all(domain_name_valid(n, False) for n in readable) or not all(
         h is not None and domain_name_valid(h, False) for h in hosts
