@@ -636,6 +636,16 @@ def _extension_cases(c: Corpus) -> None:
     aia = tlv(der.SEQUENCE, tlv(der.SEQUENCE, _encode_oid("1.3.6.1.5.5.7.48.1") + tlv(0x86, b"http://ocsp.example")))
     c.add("extensions/leaf-critical-aia", [ca], [extended(plain, ca.key, "1.3.6.1.5.5.7.1.1", aia, True)])
     c.add("extensions/leaf-noncritical-aia", [ca], [extended(plain, ca.key, "1.3.6.1.5.5.7.1.1", aia)])
+    uri = tlv(0x86, b"http://crl.example/ca.crl")
+    for label, points in (
+        ("full-name", tlv(der.SEQUENCE, tlv(der.SEQUENCE, tlv(0xA0, tlv(0xA0, uri))))),
+        ("relative-name", tlv(der.SEQUENCE, tlv(der.SEQUENCE, tlv(0xA0, tlv(0xA1, b""))))),
+        ("no-name", tlv(der.SEQUENCE, tlv(der.SEQUENCE, tlv(0x81, b"\x05\xa0")))),
+        ("truncated-uri", tlv(der.SEQUENCE, tlv(der.SEQUENCE, tlv(0xA0, tlv(0xA0, b"\x86\x05ab"))))),
+    ):
+        c.add(f"extensions/leaf-crl-points-{label}", [ca], [extended(plain, ca.key, "2.5.29.31", points)])
+    broken_aia = tlv(der.SEQUENCE, tlv(der.SEQUENCE, _encode_oid("1.3.6.1.5.5.7.48.1") + b"\x86\x05ab"))
+    c.add("extensions/leaf-aia-truncated-uri", [ca], [extended(plain, ca.key, "1.3.6.1.5.5.7.1.1", broken_aia)])
     twice = extended(leaf(ca), ca.key, "2.5.29.14", tlv(4, b"\x01\x02"))
     c.add("extensions/leaf-duplicate-extension", [ca], [twice])
     empty_san = tlv(der.SEQUENCE, b"")

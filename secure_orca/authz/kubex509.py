@@ -531,7 +531,12 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
     elif oid == "2.5.29.31":
         points = reader.sub(der.SEQUENCE)
         while not points.empty():
-            points.read(der.SEQUENCE)
+            point = points.sub(der.SEQUENCE)
+            if point.peek() != der.context(0, True):
+                continue
+            full_names = point.sub(der.context(0, True)).sub(der.context(0, True))
+            while full_names.peek() == 0x86:
+                full_names.read(0x86)
     elif oid == "2.5.29.35":
         if critical:
             raise Malformed("critical authority key identifier")
@@ -578,7 +583,10 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
             raise Malformed("critical authority information access")
         body = reader.sub(der.SEQUENCE)
         while not body.empty():
-            body.sub(der.SEQUENCE).oid()
+            access = body.sub(der.SEQUENCE)
+            access.oid()
+            if access.peek() == 0x86:
+                access.read(0x86)
     else:
         return True
     return False
