@@ -18,6 +18,8 @@ PURE = (
     "secure_orca.authz.policy",
     "secure_orca.authz.frontproxy",
     "secure_orca.authz.secrets",
+    "secure_orca.authz.kubex509",
+    "secure_orca.authz.der",
     "secure_orca.hpackcost.walk",
     "secure_orca.hpackcost.model",
     "secure_orca.envoy.bootstrap",

@@ -1,13 +1,15 @@
 """Who may read a load report: the three options of KEP-6315 as one policy (pure: time is passed in).
 
-- ``front-proxy``: the client certificate verifies against the requestheader CA only, as kube-apiserver's
-  ``pkg/authentication/request/x509`` does (intermediates from the client, ExtKeyUsage clientAuth where the
-  extension is present, validity at the current time), and its Subject CN is an allowed name (empty list:
-  any certificate from that CA). SANs are never consulted.
+- ``front-proxy``: the client certificate verifies against the requestheader CA only, exactly as kube-apiserver's
+  ``pkg/authentication/request/x509`` does with Go's ``crypto/x509`` (see :mod:`secure_orca.authz.kubex509`:
+  intermediates from the client, ExtKeyUsage clientAuth on every certificate that lists usages, validity of every
+  certificate at the current time), and its Subject CN (Go's: the last CN attribute) is an allowed name (empty
+  list: any certificate from that CA). SANs are never consulted.
 - ``shared-secret``: the opt-in carries ``secret=`` equal to one of the configured secrets (constant time).
 - ``header-only``: the opt-in alone suffices (the KEP's option 1).
 
-Reasons are short codes, safe to log and count; no decision ever carries a secret.
+Reasons are short codes, safe to log and count; no decision ever carries a secret. Any certificate, however
+malformed, gives a refusal, never an exception.
 """
 
 from __future__ import annotations
@@ -18,14 +20,13 @@ from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
-from cryptography.x509 import verification
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives.serialization import Encoding
 
+from secure_orca.authz.kubex509 import Pool, parse_certificate
+from secure_orca.authz.kubex509 import verify as verify_chain
 from secure_orca.authz.reasons import Reason
 
-_CLIENT_EKUS = frozenset({ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE})
-
-
+_FAILURES = {"expired": Reason.EXPIRED, "eku": Reason.EKU, "untrusted": Reason.UNTRUSTED_CA}
 
 
 @dataclass(frozen=True)
@@ -49,61 +50,50 @@ NO_CERTIFICATE = FrontProxyResult(False, Reason.NO_CERTIFICATE)
 
 
 def common_name(cert: x509.Certificate) -> str | None:
-    """The Subject's first Common Name, as Go's ``pkix.Name.CommonName`` gives it."""
-    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    if not names:
-        return None
-    value = names[0].value
-    return value if isinstance(value, str) else value.decode("utf-8", "replace")
-
-
-def _eku_allows_client(cert: x509.Certificate) -> bool:
+    """The Subject's Common Name as Go's ``pkix.Name.CommonName`` gives it: the last CN attribute (None when the
+    subject has none or Go could not read the certificate)."""
     try:
-        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        return True  # no EKU extension: any usage, as Go's x509 treats it
-    return any(oid in _CLIENT_EKUS for oid in usages)
+        return parse_certificate(cert.public_bytes(Encoding.DER)).common_name or None
+    except ValueError:
+        return None
 
 
 class FrontProxyVerifier:
-    """Verify client chains against the requestheader CA roots and the allowed names."""
+    """Verify client chains against the requestheader CA roots and the allowed names, as kube-apiserver does."""
 
     def __init__(self, roots: Sequence[x509.Certificate], allowed_names: Sequence[str] = ()) -> None:
         if not roots:
             raise ValueError("the requestheader CA bundle holds no certificate")
-        self._store = verification.Store(list(roots))
+        try:
+            self._roots = Pool([parse_certificate(c.public_bytes(Encoding.DER)) for c in roots])
+        except ValueError:
+            raise ValueError("the requestheader CA bundle holds a certificate Go cannot parse") from None
         self.allowed_names = frozenset(allowed_names)
         self.verifications = 0  # how often a chain was verified (once per connection, not per request)
 
     def verify(self, chain: Sequence[x509.Certificate], now: dt.datetime) -> FrontProxyResult:
         """``chain`` is what the client presented, leaf first."""
+        return self.verify_der([cert.public_bytes(Encoding.DER) for cert in chain], now)
+
+    def verify_der(self, chain: Sequence[bytes], now: dt.datetime) -> FrontProxyResult:
+        """``chain`` is the DER the client presented, leaf first. Every certificate must parse as Go's TLS stack
+        parses it, or the handshake (and so the request) would not have reached kube-apiserver."""
         self.verifications += 1
         if not chain:
             return NO_CERTIFICATE
-        leaf, intermediates = chain[0], list(chain[1:])
-        start, end = leaf.not_valid_before_utc, leaf.not_valid_after_utc
-        if not start <= now <= end:
-            return FrontProxyResult(False, Reason.EXPIRED)
-        builder = (
-            verification.PolicyBuilder()
-            .store(self._store)
-            .time(now)
-            .extension_policies(
-                ca_policy=verification.ExtensionPolicy.webpki_defaults_ca(),
-                ee_policy=verification.ExtensionPolicy.permit_all(),
-            )
-        )
         try:
-            verified = builder.build_client_verifier().verify(leaf, intermediates)
-        except verification.VerificationError as error:
-            return FrontProxyResult(False, Reason.EXPIRED if "validation time" in str(error) else Reason.UNTRUSTED_CA)
-        if not all(_eku_allows_client(cert) for cert in verified.chain[:-1]):
-            return FrontProxyResult(False, Reason.EKU)
-        if self.allowed_names and common_name(leaf) not in self.allowed_names:
+            presented = [parse_certificate(der) for der in chain]
+        except ValueError:
+            return FrontProxyResult(False, Reason.UNTRUSTED_CA)
+        outcome = verify_chain(presented[0], presented[1:], self._roots, now)
+        if not outcome.chains:
+            return FrontProxyResult(False, _FAILURES[outcome.failure])
+        if self.allowed_names and presented[0].common_name not in self.allowed_names:
             return FrontProxyResult(False, Reason.NAME_NOT_ALLOWED)
-        # The grant holds while every certificate in the verified chain is valid.
-        valid_from = max(cert.not_valid_before_utc for cert in verified.chain)
-        valid_until = min(cert.not_valid_after_utc for cert in verified.chain)
+        # The grant holds while every certificate of one verified chain is valid.
+        verified = outcome.chains[0]
+        valid_from = max(cert.not_before for cert in verified)
+        valid_until = min(cert.not_after for cert in verified)
         return FrontProxyResult(True, Reason.FRONT_PROXY, valid_from, valid_until)
 
 
@@ -114,9 +104,3 @@ def shares_ca(client_cas: Sequence[x509.Certificate], requestheader_cas: Sequenc
         {c.fingerprint(hashes.SHA256()) for c in client_cas}
         & {c.fingerprint(hashes.SHA256()) for c in requestheader_cas}
     )
-
-
-
-
-
-

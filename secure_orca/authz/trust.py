@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cryptography import x509
 
+from secure_orca.authz.kubex509 import ca_bundle
 from secure_orca.errors import CredentialError
 from secure_orca.orca.optin import SECRET_CHARS
 
@@ -42,8 +43,20 @@ def parse_cert_bundle(data: bytes, flag: str, path: Path) -> list[x509.Certifica
         raise CredentialError(flag, f"{path}: malformed PEM certificate") from None
 
 
+def parse_ca_bundle(data: bytes, flag: str, path: Path) -> list[x509.Certificate]:
+    """A CA bundle read as kube-apiserver reads one (client-go's cert.ParseCertsPEM): only "CERTIFICATE" blocks
+    without headers count, and each must parse as Go parses it; none, or one that does not parse, is refused."""
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise CredentialError(flag, f"{path}: holds no PEM certificate")
+    try:
+        return [x509.load_der_x509_certificate(block) for block in ca_bundle(data)]
+    except (ValueError, x509.InvalidVersion):
+        raise CredentialError(flag, f"{path}: malformed PEM certificate") from None
+
+
 def load_cert_bundle(path: Path, flag: str) -> list[x509.Certificate]:
-    return parse_cert_bundle(read_file(path, flag), flag, path)
+    """A CA bundle file (--client-ca-file, --requestheader-client-ca-file)."""
+    return parse_ca_bundle(read_file(path, flag), flag, path)
 
 
 def parse_secrets(data: bytes, flag: str, path: Path) -> list[str]:

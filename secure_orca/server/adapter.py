@@ -22,6 +22,7 @@ import importlib.metadata
 import logging
 import random
 import ssl
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -43,6 +44,7 @@ from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from hyperframe.frame import GoAwayFrame
 
+from secure_orca.authz.kubex509 import ca_bundle
 from secure_orca.errors import SecureOrcaError
 from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 
@@ -73,18 +75,28 @@ def peer_chain_der(ssl_object: ssl.SSLObject) -> list[bytes]:
     return [leaf]
 
 
+def subject_name(leaf: bytes) -> str | None:
+    """The leaf's subject as RFC 4514 text, or None where cryptography cannot read the certificate: the chain
+    is passed on all the same, for the front-proxy verifier reads certificates as Go does, not as cryptography."""
+    with warnings.catch_warnings():  # a client's odd certificate must not write warnings to our log
+        warnings.simplefilter("ignore")
+        try:
+            return x509.load_der_x509_certificate(leaf).subject.rfc4514_string()
+        except (ValueError, x509.InvalidVersion):
+            return None
+
+
 def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[str, Any] | None:
     """The ASGI TLS extension (asgiref specs/tls.rst v0.2) for one connection."""
     if ssl_object is None:
         return None
     chain = peer_chain_der(ssl_object)
-    certs = [x509.load_der_x509_certificate(der) for der in chain]
     pems = [ssl.DER_cert_to_PEM_cert(der) for der in chain]
     cipher = ssl_object.cipher()
     return {
         "server_cert": None,
         "client_cert_chain": pems,
-        "client_cert_name": certs[0].subject.rfc4514_string() if certs else None,
+        "client_cert_name": subject_name(chain[0]) if chain else None,
         "client_cert_error": None,
         "tls_version": _TLS_VERSIONS.get(ssl_object.version() or ""),
         "cipher_suite": None,
@@ -277,7 +289,11 @@ class TLSAwareTCPServer(TCPServer):
 
 
 def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SSLContext:
-    """TLS 1.2+ server context with ALPN h2 and http/1.1, requesting (not requiring) a client certificate."""
+    """TLS 1.2+ server context with ALPN h2 and http/1.1, requesting (not requiring) a client certificate.
+
+    The handshake trusts exactly the certificates kube-apiserver reads from the CA files (client-go's reading:
+    other PEM blocks and blocks with headers are skipped, which OpenSSL's own file loader refuses), and, as Go,
+    accepts any of them as a trust anchor, self-signed or not (partial chains)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION
@@ -285,9 +301,13 @@ def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SS
     context.load_cert_chain(cert, key)
     if client_cas:
         for ca in client_cas:
-            context.load_verify_locations(cafile=str(ca))
+            try:
+                anchors = ca_bundle(ca.read_bytes())
+            except ValueError:
+                raise ValueError(f"{ca}: holds no CA certificate kube-apiserver would read") from None
+            context.load_verify_locations(cadata=b"".join(anchors))
         context.verify_mode = ssl.CERT_OPTIONAL
-        context.verify_flags |= _NO_CHECK_TIME
+        context.verify_flags |= _NO_CHECK_TIME | ssl.VERIFY_X509_PARTIAL_CHAIN
     else:
         context.verify_mode = ssl.CERT_NONE
     return context

@@ -9,10 +9,9 @@ policy grants it. The client identity comes from the ASGI TLS extension, ``scope
 from __future__ import annotations
 
 import datetime as dt
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from cryptography import x509
 
 from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
 from secure_orca.authz.policy import DECISIONS, Decision, Policy
@@ -57,11 +56,11 @@ class ChainCache:
         result = self._results.get(chain)
         if result is None:
             try:
-                certs = [x509.load_pem_x509_certificate(pem.encode()) for pem in chain]
+                ders = [ssl.PEM_cert_to_DER_cert(pem) for pem in chain]
             except ValueError:
                 result = FrontProxyResult(False, Reason.UNTRUSTED_CA)
-            else:
-                result = self.verifier.verify(certs, now)
+            else:  # DER straight to the verifier: it reads certificates as Go does, whatever cryptography thinks
+                result = self.verifier.verify_der(ders, now)
             if len(self._results) >= _CACHE_SIZE:
                 self._results.pop(next(iter(self._results)))
             self._results[chain] = result

@@ -1,0 +1,108 @@
+"""The pure pieces of the Go mirror, without Go: DER strictness, Go's CN rule, client-go's bundle reading, and
+the promise that no certificate, however malformed, makes the verifier raise."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography import x509
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from secure_orca.authz import der, kubex509
+from secure_orca.authz.frontproxy import FrontProxyVerifier
+from secure_orca.authz.reasons import Reason
+from tests import x509corpus as shapes
+
+
+@pytest.mark.parametrize(
+    "encoding",
+    [
+        b"\x04\x81\x01a",  # long form for a short length
+        b"\x04\x82\x00\x81" + b"a" * 0x81,  # leading zero length byte
+        b"\x04\x80a\x00\x00",  # indefinite length
+        b"\x1f\x22\x01a",  # high tag number
+        b"\x04\x05abc",  # truncated
+    ],
+)
+def test_der_reader_refuses_what_cryptobyte_refuses(encoding: bytes) -> None:
+    with pytest.raises(der.Malformed):
+        der.Reader(encoding).read(der.OCTET_STRING)
+
+
+@pytest.mark.parametrize("value", [b"\x00\x01", b"\xff\x80", b""])
+def test_non_minimal_integers_are_refused(value: bytes) -> None:
+    with pytest.raises(der.Malformed):
+        der.decode_integer(value)
+
+
+def test_go_takes_the_last_common_name() -> None:
+    attributes = [(kubex509.COMMON_NAME, "front-proxy-client"), ("2.5.4.10", "o"), (kubex509.COMMON_NAME, "x")]
+    assert kubex509.go_common_name(attributes) == "x"
+    assert kubex509.go_common_name([("2.5.4.10", "o")]) == ""
+
+
+def test_bundle_blocks_with_headers_or_other_types_are_skipped() -> None:
+    ca = shapes.root()
+    headers = "Proc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00\n\n"
+    assert kubex509.ca_bundle(shapes.pem(b"\x30\x00", kind="PRIVATE KEY") + shapes.pem(ca.der)) == [ca.der]
+    with pytest.raises(der.Malformed):
+        kubex509.ca_bundle(shapes.pem(ca.der, headers=headers))
+    with pytest.raises(der.Malformed):
+        kubex509.ca_bundle(shapes.pem(ca.der) + shapes.pem(b"\x30\x03\x02\x01\x01"))
+
+
+def test_no_certificate_of_the_corpus_makes_the_verifier_raise() -> None:
+    """Every presented chain of the corpus, against every CA bundle it comes with: a result, never an exception
+    (a malformed extension once gave a 500 with a traceback)."""
+    outcomes = set()
+    for case in shapes.build():
+        try:
+            roots = [x509.load_der_x509_certificate(block) for block in kubex509.ca_bundle(case.bundle)]
+        except (ValueError, x509.InvalidVersion):
+            continue
+        result = FrontProxyVerifier(roots, case.names).verify_der(case.chain, case.at)
+        outcomes.add(result.reason)
+    assert {Reason.FRONT_PROXY, Reason.UNTRUSTED_CA, Reason.EKU, Reason.EXPIRED, Reason.NAME_NOT_ALLOWED} <= outcomes
+
+
+_CA = shapes.root()
+_MID = shapes.make("intermediate", _CA, ca=True, constraints=x509.NameConstraints([x509.DNSName("example.com")], None))
+_LEAF = shapes.leaf(_MID, san=[x509.DNSName("a.example.com"), x509.RFC822Name("a@example.com")])
+_VERIFIER = FrontProxyVerifier([_CA.cert], [shapes.ALLOWED])
+edits = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 10_000), st.integers(-1, 255)), min_size=1, max_size=4)
+
+
+def _mutated(edit_list: list[tuple[int, int, int]]) -> list[bytes]:
+    chain = [bytearray(_LEAF.der), bytearray(_MID.der)]
+    for which, position, byte in edit_list:
+        target = chain[which]
+        index = position % len(target)
+        if byte < 0:
+            del target[index]
+        else:
+            target[index] = byte
+    return [bytes(c) for c in chain]
+
+
+@settings(max_examples=300, deadline=None)
+@given(edits)
+def test_mutated_chains_give_a_result_never_an_exception(edit_list: list[tuple[int, int, int]]) -> None:
+    result = _VERIFIER.verify_der(_mutated(edit_list), shapes.NOW)
+    assert result.ok in (True, False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10_000), st.integers(-1, 255))
+def test_mutated_ca_bundles_are_read_or_refused_never_raise(position: int, byte: int) -> None:
+    bundle = bytearray(shapes.pem(_CA.der))
+    index = position % len(bundle)
+    if byte < 0:
+        del bundle[index]
+    else:
+        bundle[index] = byte
+    try:
+        roots = kubex509.ca_bundle(bytes(bundle))
+    except der.Malformed:
+        return
+    for block in roots:
+        kubex509.parse_certificate(block)

@@ -1,0 +1,3 @@
+module x509oracle
+
+go 1.26.0
