@@ -114,3 +114,24 @@ def authenticate(config: RequestHeaderConfig, request: Request) -> Outcome:
     return Outcome(
         UserInfo(name, _first_value(request, config.uid_headers), groups, _extra(request, config.extra_prefixes))
     )
+
+
+_HEADER_KEY_CHARS = frozenset(b"!#$&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def escape_extra_key(key: str) -> str:
+    """client-go's headerKeyEscape: every byte that cannot be in a header name, and ``%``, as ``%XX``."""
+    return "".join(chr(b) if b in _HEADER_KEY_CHARS else f"%{b:02X}" for b in key.encode("utf-8"))
+
+
+def upstream_headers(user: UserInfo, config: RequestHeaderConfig = STANDARD) -> list[tuple[bytes, bytes]]:
+    """The headers kube's aggregator sends upstream for an authenticated user (client-go's
+    SetAuthProxyHeaders): user, uid when set, one header per group, one per extra value."""
+    user_header, uid_header = config.username_headers[0], config.uid_headers[0]
+    group_header, extra_prefix = config.group_headers[0], config.extra_prefixes[0]
+    headers = [(user_header, user.name)]
+    if user.uid:
+        headers.append((uid_header, user.uid))
+    headers += [(group_header, group) for group in user.groups]
+    headers += [(extra_prefix + escape_extra_key(k), v) for k, values in user.extra.items() for v in values]
+    return [(name.lower().encode("latin-1"), value.encode("utf-8")) for name, value in headers]
