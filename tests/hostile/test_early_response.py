@@ -1,0 +1,112 @@
+"""A request answered before its body is read must not take its connection down (hypercorn issue 329): a DATA
+or trailers frame arriving after the response, or a reset in the middle of a body, touches only its own
+stream. Raw h2 frames over real TLS against a real ``serve``; then SIGTERM still stops the server in time."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
+
+from ..conftest import ClientCert, fp_flags
+from .h2client import H2Client
+
+REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+
+
+@pytest.fixture(scope="module")
+def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
+    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (started,):
+        yield started
+    assert "Traceback" not in "".join(started.process.lines), started.process.output(60)
+
+
+def after_response_body(client: H2Client, stream: int) -> None:
+    client.data(stream, b'{"kind":"SelfSubjectReview"}')
+
+
+def after_response_trailers(client: H2Client, stream: int) -> None:
+    client.trailers(stream, [("x-checksum", "0")])
+
+
+def after_response_partial_body_then_reset(client: H2Client, stream: int) -> None:
+    client.data(stream, b"{", end=False)
+    client.reset(stream)
+
+
+AFTER_RESPONSE: dict[str, Callable[[H2Client, int], None]] = {
+    "body": after_response_body,
+    "trailers": after_response_trailers,
+    "partial-body-then-reset": after_response_partial_body_then_reset,
+}
+
+
+def open_waiting_stream(client: H2Client) -> int:
+    """A stream whose request body is half sent: the application is waiting for the rest of it."""
+    waiting = client.start("POST", REVIEW, [("content-type", "application/json")])
+    client.data(waiting, b'{"kind":', end=False)
+    return waiting
+
+
+@pytest.mark.parametrize("late", AFTER_RESPONSE)
+@pytest.mark.parametrize("answered", ["200-demo", "401-front-proxy-without-user"])
+def test_frames_after_an_early_response_touch_only_their_stream(
+    replica: launch.Replica, dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert], late: str, answered: str
+) -> None:
+    fp = client_certs["front-proxy"]
+    cert = (fp.cert, fp.key) if answered.startswith("401") else None
+    client = H2Client.connect(replica, dev_pki.cert("ca"), cert)
+    try:
+        waiting = open_waiting_stream(client)
+        early = client.start("POST", "/version", [("content-type", "application/json")])  # answered unread
+        assert client.pump_until_ended(early)
+        assert client.streams[early].status == int(answered[:3])
+        AFTER_RESPONSE[late](client, early)
+        client.data(waiting, b'"SelfSubjectReview"}')  # the other stream goes on
+        later = client.start("GET", "/version", end=True)
+        assert client.pump_until_ended(waiting, later), "the connection ended"
+        expected = 401 if cert else 201
+        assert (client.streams[waiting].status, client.streams[later].status) == (expected, int(answered[:3]))
+        assert not client.closed
+    finally:
+        client.close()
+
+
+def test_reset_in_the_middle_of_a_body_touches_only_its_stream(
+    replica: launch.Replica, dev_pki: pki.DevPKI
+) -> None:
+    client = H2Client.connect(replica, dev_pki.cert("ca"))
+    try:
+        waiting = open_waiting_stream(client)
+        dropped = open_waiting_stream(client)
+        client.reset(dropped)
+        client.data(waiting, b'"SelfSubjectReview"}')
+        assert client.pump_until_ended(waiting), "the connection ended"
+        assert client.streams[waiting].status == 201
+        assert b"system:anonymous" in client.streams[waiting].body
+    finally:
+        client.close()
+
+
+def test_sigterm_stops_the_server_after_early_responses_and_stuck_bodies(dev_pki: pki.DevPKI) -> None:
+    """Connections left with a late body, and a body that never completes: SIGTERM still ends the process,
+    cleanly, once the graceful period is over (the wait below is a bound, not a measurement)."""
+    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (server,):
+        clients = [H2Client.connect(server, dev_pki.cert("ca")) for _ in range(3)]
+        for client in clients:
+            early = client.start("POST", "/version")
+            assert client.pump_until_ended(early)
+            after_response_body(client, early)
+            open_waiting_stream(client)  # never completed
+        os.kill(server.process.popen.pid, signal.SIGTERM)
+        code = server.process.popen.wait(timeout=30)
+        for client in clients:
+            client.close()
+    assert code == 0
+    output = "".join(server.process.lines)
+    assert "Traceback" not in output and "KeyError" not in output, server.process.output(40)
