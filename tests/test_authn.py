@@ -274,3 +274,17 @@ def test_self_subject_review_omits_empty_fields() -> None:
     }
     full = review.user_info(UserInfo("a", "1", ("g",), {"k": ("v", "w")}))
     assert full == {"username": "a", "uid": "1", "groups": ["g"], "extra": {"k": ["v", "w"]}}
+
+
+def test_requestheader_missing_user_anonymous_is_a_named_deviation() -> None:
+    """Not kube: with it, a front proxy naming no user is anonymous; anything else is unchanged."""
+    lenient = chain(
+        requestheader_config=CONFIG, client_certs=True, tokens=TOKENS, anonymous_auth=True,
+        proxy_without_user_is_anonymous=True,
+    )  # fmt: skip
+    got = lenient(request([], FP))
+    assert got.user is not None and got.user.name == ANONYMOUS
+    for headers, cert in [([("authorization", "Bearer wrong")], FP), (IMPERSONATION, pki.issue(FP_CA, "other").cert)]:
+        assert lenient(request(headers, cert)).error  # bad credentials stay errors
+    named = lenient(request(IMPERSONATION, FP))
+    assert named.user is not None and named.user.name == "system:admin"

@@ -34,19 +34,31 @@ def union(authenticators: Sequence[Authenticator], fail_on_error: bool = False) 
     return authenticate
 
 
+def _x509_except_front_proxy(request: Request) -> Outcome:
+    """x509, but a chain that verified as the front proxy is not its business (not an error)."""
+    if request.front_proxy.holds_at(request.now):
+        return NOT_MINE
+    return x509.authenticate(request)
+
+
 def chain(
     *,
     requestheader_config: RequestHeaderConfig | None,
     client_certs: bool,
     tokens: TokenFile | None,
     anonymous_auth: bool,
+    proxy_without_user_is_anonymous: bool = False,
 ) -> Authenticator:
-    """The authenticator chain of kube-apiserver for the configured methods."""
+    """The authenticator chain of kube-apiserver for the configured methods.
+
+    ``proxy_without_user_is_anonymous`` is NOT kube: there, a front proxy that names no user fails the x509
+    authenticator (its certificate is no client certificate) and gets 401. With it, such a request goes on to
+    the other authenticators and may end anonymous, for load balancers that do not authenticate users yet."""
     members: list[Authenticator] = []
     if requestheader_config is not None:
         members.append(functools.partial(requestheader.authenticate, requestheader_config))
     if client_certs:
-        members.append(x509.authenticate)
+        members.append(_x509_except_front_proxy if proxy_without_user_is_anonymous else x509.authenticate)
     if tokens is not None:
         members.append(functools.partial(bearertoken.authenticate, tokens))
     authenticated = authenticated_group_adder(union(members))

@@ -71,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="X-Remote-Extra-",
         help="comma list of header prefixes holding the user's extra attributes (default X-Remote-Extra-)",
     )
+    a(
+        "--requestheader-missing-user",
+        choices=("unauthorized", "anonymous"),
+        default="unauthorized",
+        help="a verified front proxy that names no user: unauthorized (401, as kube-apiserver; default) or "
+        "anonymous (not kube: for load balancers that do not authenticate users yet)",
+    )
     a("--token-auth-file", type=Path, help="static bearer tokens, CSV: token,user,uid,\"group1,group2\" (mode 0600)")
     a(
         "--anonymous-auth",

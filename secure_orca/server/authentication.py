@@ -41,6 +41,7 @@ class AuthenticationConfig:
     client_certs: bool = False
     tokens: TokenFile | None = None
     anonymous: bool = True
+    proxy_without_user_is_anonymous: bool = False  # --requestheader-missing-user=anonymous (not kube)
 
     def authenticator(self) -> Authenticator:
         return chain(
@@ -48,6 +49,7 @@ class AuthenticationConfig:
             client_certs=self.client_certs,
             tokens=self.tokens,
             anonymous_auth=self.anonymous,
+            proxy_without_user_is_anonymous=self.proxy_without_user_is_anonymous,
         )
 
 

@@ -206,6 +206,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         client_certs=bool(client_cas),
         tokens=_tokens(args.token_auth_file),
         anonymous=_flag("--anonymous-auth", lambda: parse_bool(args.anonymous_auth)),
+        proxy_without_user_is_anonymous=args.requestheader_missing_user == "anonymous",
     )
     proxy_client = _proxy_client(args)
     usable = {"front-proxy": verifier is not None, "shared-secret": bool(secrets), "header-only": True}

@@ -21,7 +21,8 @@ REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 @pytest.fixture(scope="module")
 def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (started,):
+    flags = [*fp_flags(dev_pki), "--requestheader-missing-user=unauthorized"]  # kube: a 401 answered early
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (started,):
         yield started
     assert "Traceback" not in "".join(started.process.lines), started.process.output(60)
 
