@@ -17,7 +17,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 
-from .conftest import load_issued, write_client
+from .conftest import ClientCert, load_issued, write_client
 
 OPT_IN = "endpoint-load-metrics-request"
 RELOAD = "0.1s"
@@ -192,3 +192,31 @@ def test_mismatched_serving_key_is_refused_and_the_old_pair_stays(rig: Rig) -> N
     with rig.client() as http:
         assert http.get(rig.replica.url + "/healthz").status_code == 200
     assert re.search(r'flag="--tls-cert-file",result="failure"\} 1\.0', rig.metrics())
+
+
+def test_client_ca_rotation_reaches_the_x509_authenticator(rig: Rig, tmp_path: Path) -> None:
+    """A reloaded --client-ca-file changes who the x509 authenticator accepts, not only the handshake (which
+    keeps trusting the old CA: OpenSSL only adds trust, so the authenticator is what refuses it)."""
+    live = pki.DevPKI(rig.root)
+    new_ca = pki.make_ca("client-ca-2")
+    new_user = write_client(tmp_path, "u2", pki.issue(new_ca, "rotated-user"))
+    old_user = write_client(tmp_path, "u1", load_issued(live.cert("user"), live.key("user")))
+
+    def whoami(cert: ClientCert) -> tuple[int, str]:
+        with rig.client(cert.cert, cert.key) as http:
+            response = http.post(rig.replica.url + "/apis/authentication.k8s.io/v1/selfsubjectreviews", content=b"{}")
+        if response.status_code != 201:
+            return response.status_code, ""
+        return response.status_code, response.json()["status"]["userInfo"]["username"]
+
+    assert whoami(old_user) == (201, pki.USER_CN)
+    replace(live.cert("client_ca"), new_ca.cert_pem(), 0o644)
+
+    def new_user_believed() -> bool:
+        try:
+            return whoami(new_user) == (201, "rotated-user")
+        except httpx.TransportError:  # until the reload, the new CA's certificate fails the handshake
+            return False
+
+    eventually(new_user_believed, "the new client CA's user is authenticated")
+    assert whoami(old_user) == (401, "")

@@ -41,7 +41,15 @@ class Server:
         files = config.files
         trust = [p for p in (files.client_ca, files.requestheader_ca) if p]
         context = make_server_context(files.cert, files.key, trust)
-        reloader = Reloader(files, context, app, config.policy.modes, metrics.on_reload if metrics else None)
+        authentication = app.app if isinstance(app.app, AuthenticationMiddleware) else None
+        reloader = Reloader(
+            files,
+            context,
+            app,
+            config.policy.modes,
+            metrics.on_reload if metrics else None,
+            authentication.trust_clients if authentication else None,
+        )
         options = ServerOptions(
             host=config.host,
             port=config.port,

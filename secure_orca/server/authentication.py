@@ -23,7 +23,7 @@ from secure_orca.authn.review import UNAUTHORIZED_STATUS
 from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
 from secure_orca.authn.user import UserInfo
-from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult
+from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
 from secure_orca.server.asgi import respond_json
 from secure_orca.server.middleware import ASGIApp, ChainCache, Receive, Scope, Send
 
@@ -84,6 +84,11 @@ class AuthenticationMiddleware:
         self.front_proxy = front_proxy
         self.clients = clients
         self.on_failure = on_failure
+
+    def trust_clients(self, client_cas: list[x509.Certificate]) -> None:
+        """Replace the --client-ca-file trust (on reload); the x509 authenticator must already be configured."""
+        if self.clients is not None:
+            self.clients = ChainCache(FrontProxyVerifier(client_cas))
 
     def request(self, scope: Scope) -> Request:
         now = dt.datetime.now(dt.UTC)
