@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,7 +82,11 @@ class H2Client:
 
     def pump_until_ended(self, *streams: int) -> bool:
         """Read until every stream in ``streams`` ended or was reset; False if the connection ended first."""
-        while not all(self.streams[s].ended or self.streams[s].reset is not None for s in streams):
+        return self.pump_until(lambda: all(self.streams[s].ended or self.streams[s].reset is not None for s in streams))
+
+    def pump_until(self, condition: Callable[[], bool]) -> bool:
+        """Read until ``condition`` holds; False if the connection ended first."""
+        while not condition():
             if self.closed or not self._read():
                 return False
         return True

@@ -78,6 +78,27 @@ def test_frames_after_an_early_response_touch_only_their_stream(
         client.close()
 
 
+def test_late_bodies_are_acknowledged_so_the_connection_window_never_runs_dry(
+    replica: launch.Replica, dev_pki: pki.DevPKI
+) -> None:
+    """Late DATA still counts against the connection's flow-control window: unless the server hands those bytes
+    back (WINDOW_UPDATE), a few late bodies would stall every stream of the connection for good."""
+    client = H2Client.connect(replica, dev_pki.cert("ca"))
+    chunk = b"x" * 16000
+    try:
+        for _ in range(8):  # 128,000 late bytes, about twice the 65,535-byte initial connection window
+            early = client.start("POST", "/version")
+            assert client.pump_until_ended(early)
+            assert client.conn.local_flow_control_window(early) >= len(chunk), "the window ran dry"
+            client.data(early, chunk, end=False)
+            assert client.pump_until(lambda s=early: client.streams[s].reset is not None), "the connection ended"
+            assert client.streams[early].reset == 0  # NO_ERROR: stop sending, the response is complete
+        later = client.start("GET", "/version", end=True)
+        assert client.pump_until_ended(later) and client.streams[later].status == 200
+    finally:
+        client.close()
+
+
 def test_reset_in_the_middle_of_a_body_touches_only_its_stream(
     replica: launch.Replica, dev_pki: pki.DevPKI
 ) -> None:
