@@ -6,6 +6,23 @@ there and wraps the application so every request of that connection carries
 ``scope["extensions"]["tls"]``. We own the accept path (no process-wide patching), the graceful close is an
 explicit state machine (``TRANSITIONS``), and any hypercorn other than 0.18.0 refuses to start.
 
+Request bodies that arrive after their response (a client POSTs, the application answers without reading
+the body, as kube-apiserver does for a 401) would end the whole HTTP/2 connection: hypercorn 0.18's
+``H2Protocol._handle_events`` raises KeyError for DATA on a stream it already dropped (pgjones/hypercorn
+issue 329; PRs 312 and 334 skip the frame without returning its bytes to the flow-control window, PR 365
+also acknowledges them; none is released). ``guard_early_responses`` wraps that method per connection: it
+acknowledges the bytes and resets the stream with NO_ERROR (RFC 9113 section 8.1, as Go's server does), so
+nothing else on the connection notices. The fix is here, not in the application, because any application
+(and our own 401) may answer before reading, and the other streams of the connection are the adapter's care.
+
+hypercorn 0.18.0 names this module relies on (any other version refuses to start): ``TCPServer``
+(``__init__(app, loop, config, context, state, reader, writer)``, ``run`` assigning ``self.protocol``,
+``protocol_send``, ``_close``, ``writer``), ``ProtocolWrapper`` (``protocol``, ``handle``), ``H2Protocol``
+(``connection``, ``streams``, ``_handle_events``, ``_create_stream``), ``Config`` (``create_ssl_context``,
+``keep_alive_max_requests``, ``graceful_timeout``), ``WorkerContext`` (``terminated``), ``ASGIWrapper``,
+``RawData``, ``Event``; and from h2 4.x ``H2Connection`` (``acknowledge_received_data``, ``reset_stream``,
+``streams``, ``open_inbound_streams``, ``highest_inbound_stream_id``) and ``StreamState``.
+
 The handshake follows kube-apiserver where Python's ssl allows: a client certificate is requested (with the
 union of --client-ca-file and --requestheader-client-ca-file as trust anchors) but not required, and its
 validity period is not checked in the handshake (the front-proxy check does that per request). Unlike Go,
