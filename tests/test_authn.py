@@ -288,3 +288,26 @@ def test_requestheader_missing_user_anonymous_is_a_named_deviation() -> None:
         assert lenient(request(headers, cert)).error  # bad credentials stay errors
     named = lenient(request(IMPERSONATION, FP))
     assert named.user is not None and named.user.name == "system:admin"
+
+
+def test_upstream_headers_as_the_aggregator_sends_them() -> None:
+    user = UserInfo("jane", "u-1", ("ops", ALL_AUTHENTICATED), {"reason/why": ("a", "b"), "100%": ("x",)})
+    assert requestheader.upstream_headers(user) == [
+        (b"x-remote-user", b"jane"),
+        (b"x-remote-uid", b"u-1"),
+        (b"x-remote-group", b"ops"),
+        (b"x-remote-group", ALL_AUTHENTICATED.encode()),
+        (b"x-remote-extra-reason%2fwhy", b"a"),
+        (b"x-remote-extra-reason%2fwhy", b"b"),
+        (b"x-remote-extra-100%25", b"x"),
+    ]
+    assert requestheader.upstream_headers(UserInfo(ANONYMOUS)) == [(b"x-remote-user", ANONYMOUS.encode())]
+
+
+@pytest.mark.parametrize("key", ["reason/why", "100%", "a b", "ключ", "x.y-z_~"])
+def test_extra_keys_survive_the_round_trip(key: str) -> None:
+    """What the aggregator escapes, the requestheader authenticator unescapes to the same key."""
+    (header,) = [h for h in requestheader.upstream_headers(UserInfo("u", extra={key: ("v",)})) if b"extra" in h[0]]
+    got = requestheader.authenticate(CONFIG, Request([(b"x-remote-user", b"u"), header], NOW, FP,
+                                                     FRONT_PROXY.verify([FP], NOW)))  # fmt: skip
+    assert got.user is not None and dict(got.user.extra) == {key.lower(): ("v",)}
