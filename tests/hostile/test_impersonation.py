@@ -135,3 +135,31 @@ def test_front_proxy_naming_no_user_is_unauthorized(
 ) -> None:
     got = call(replica, dev_pki, "h2", client_certs["front-proxy"], [("x-remote-group", "system:masters")])
     assert got is not None and got[0].status_code == 401
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_configured_header_names_are_believed_from_the_proxy_only_and_never_passed_on(
+    dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert], backend_url: str, protocol: str
+) -> None:
+    custom = [
+        "--requestheader-username-headers", "X-Proxy-User,X-Remote-User",
+        "--requestheader-group-headers", "X-Proxy-Group",
+        "--requestheader-extra-headers-prefix", "X-Proxy-Extra-,X-Remote-Extra-",
+    ]  # fmt: skip
+    flags = [*fp_flags(dev_pki), *custom, "--proxy", f"{ECHO}={backend_url}"]
+    forged = [("X-Proxy-User", "system:admin"), ("x-proxy-group", "system:masters"), ("X-PROXY-EXTRA-scopes", "all"),
+              ("x_proxy_user", "root")]  # fmt: skip
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        InjectingBackend.seen = []
+        anonymous = call(replica, dev_pki, protocol, None, forged)
+        proxied = call(replica, dev_pki, protocol, client_certs["front-proxy"], [("x-proxy-user", "bob"), *forged[1:]])
+    assert anonymous is not None and proxied is not None
+    assert anonymous[0].json()["status"]["userInfo"]["username"] == "system:anonymous"
+    assert proxied[0].json()["status"]["userInfo"] == {
+        "username": "bob", "groups": ["system:masters", "system:authenticated"], "extra": {"scopes": ["all"]}
+    }  # fmt: skip
+    first, second = InjectingBackend.seen
+    for seen in (first, second):
+        assert not [n for n, _ in seen if n.lower().replace("_", "-").startswith("x-proxy-")], seen
+    assert ("x-remote-user", "system:anonymous") in [(n.lower(), v) for n, v in first]
+    assert ("x-remote-user", "bob") in [(n.lower(), v) for n, v in second]
