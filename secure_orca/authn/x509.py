@@ -11,6 +11,7 @@ the credential id ``X509SHA256=<hex of the certificate's DER>``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from cryptography import x509
@@ -32,8 +33,10 @@ def common_name(cert: x509.Certificate) -> str:
     return names[-1] if names else ""
 
 
+@functools.lru_cache(maxsize=1024)
 def user_of(cert: x509.Certificate) -> Outcome:
-    """The user a verified client certificate names (kube's CommonNameUserConversion)."""
+    """The user a verified client certificate names (kube's CommonNameUserConversion); a certificate's user
+    never changes, so it is computed once per certificate."""
     name = common_name(cert)
     if not name:
         return NOT_MINE
