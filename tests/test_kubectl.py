@@ -157,3 +157,13 @@ def test_through_proxy_the_backend_believes_only_the_authenticated_user(
     assert len(reviews) == 4, backend.process.output(20)  # every review was answered by the backend
     for server in (backend, aggregator):
         assert "Traceback" not in "".join(server.process.lines), server.process.output(40)
+
+
+def test_without_anonymous_auth_an_anonymous_kubectl_is_unauthorized(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    with launch.replicas([launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--anonymous-auth=false"])]) as (server,):
+        config = kubeconfig(tmp_path / "config", f"https://localhost:{server.port}", dev_pki)
+        anonymous = kubectl(config, "auth", "whoami", context="anonymous")
+        as_cert = whoami(config, "cert")
+    assert anonymous.returncode == 1
+    assert anonymous.stderr.strip() == "error: You must be logged in to the server (Unauthorized)"
+    assert as_cert["username"] == pki.USER_CN
