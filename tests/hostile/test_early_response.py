@@ -132,3 +132,20 @@ def test_sigterm_stops_the_server_after_early_responses_and_stuck_bodies(dev_pki
     assert code == 0
     output = "".join(server.process.lines)
     assert "Traceback" not in output and "KeyError" not in output, server.process.output(40)
+
+
+def test_the_hypercorn_names_the_guard_relies_on() -> None:
+    """``guard_early_responses`` replaces ``H2Protocol._handle_events`` per instance and wraps
+    ``ProtocolWrapper.handle``; both must still be coroutines taking what we pass, and ``streams`` must be the
+    dict hypercorn drops finished streams from."""
+    import inspect
+
+    from hypercorn.protocol import ProtocolWrapper
+    from hypercorn.protocol.h2 import H2Protocol
+
+    assert list(inspect.signature(H2Protocol._handle_events).parameters) == ["self", "events"]
+    assert inspect.iscoroutinefunction(H2Protocol._handle_events)
+    assert list(inspect.signature(ProtocolWrapper.handle).parameters) == ["self", "event"]
+    assert inspect.iscoroutinefunction(ProtocolWrapper.handle)
+    assert "self.streams: dict[int, HTTPStream | WSStream] = {}" in inspect.getsource(H2Protocol.__init__)
+    assert "self.streams.pop(stream_id)" in inspect.getsource(H2Protocol._close_stream)
