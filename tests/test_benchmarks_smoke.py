@@ -67,3 +67,15 @@ def test_cli_smoke_end_to_end_writes_results(tmp_path: Path) -> None:
     assert all(set(s["rps_ratio"]) == {"a2", "b", "c", "d"} for s in summaries)
     assert "### 1. End to end" in (out / "results.md").read_text()
     assert payload["results"]["profile"]["requests"] == run.SMOKE.profile_load.requests
+
+
+def test_authentication_verifies_each_chain_once(tmp_path: Path) -> None:
+    import asyncio
+
+    from benchmarks.authn_cost import measure
+    from benchmarks.common import BenchPKI
+
+    added, verifications = asyncio.run(measure(BenchPKI.create(tmp_path), rounds=2, count=200))
+    assert set(added) == {"anonymous (no certificate)", "x509 user (client CA)", "front proxy naming a user"}
+    # Two certificates (user, front proxy), each checked against both bundles once, over 1,200 requests.
+    assert verifications == {"front-proxy": 2, "client-ca": 2}

@@ -14,6 +14,7 @@ PACKAGE = Path(secure_orca.__file__).parent
 PURE = (
     "secure_orca.errors",
     "secure_orca.orca",
+    "secure_orca.authn",
     "secure_orca.authz.reasons",
     "secure_orca.authz.policy",
     "secure_orca.authz.frontproxy",

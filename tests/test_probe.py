@@ -39,8 +39,8 @@ def test_vectors_cover_every_protocol_identity_and_path() -> None:
     assert len(names) == len(set(names))
     assert {v.protocol for v in vectors} == set(probe_vectors.PROTOCOLS)
     assert {v.identity for v in vectors} == {"none", "self-signed", "wrong-ca", "expired", "wrong-eku"}
-    assert {v.path for v in vectors} == {"/version", "/proxied/x"}
-    assert {v.group for v in vectors} == {"identity", "header", "secret", "path", "cleartext"}
+    assert {v.path for v in vectors} == {"/version", "/proxied/x", probe_vectors.SELF_SUBJECT_REVIEWS}
+    assert {v.group for v in vectors} == {"identity", "header", "secret", "path", "cleartext", "impersonation"}
     variants = {v.variant for v in vectors}
     assert {"no-opt-in", "TEXT", "JSON", "BIN", "lowercase", "duplicate", "long-value", "non-ascii-utf8"} <= variants
     assert {"secret-empty", "secret-wrong", "secret-duplicate"} <= variants
@@ -355,7 +355,7 @@ def test_cli_table_shows_the_leak(
 ) -> None:
     code, out, _ = _cli(capsys, servers["header-only"], "--cacert", str(dev_pki.cert("ca")), "--timing-samples", "0")
     assert code == 1
-    assert out.splitlines()[0].split()[:3] == ["OUTCOME", "GROUP", "VARIANT"]
+    assert out.splitlines()[0].split()[:3] == ["OUTCOME", "IMPERSONATION", "GROUP"]
     assert "positive control: none" in out and "verdict: leak" in out
 
 
@@ -365,3 +365,73 @@ def test_header_only_control_makes_a_clean_lb_result_conclusive() -> None:
     (control,) = control_vectors("/version", None, None, header_only=True)
     assert control.group == "control" and control.identity == "none"
     assert control_vectors("/version", None, None) == []
+
+
+# --- impersonation ----------------------------------------------------------------------------------------
+
+
+def _review(user: str, *groups: str, **extra: list[str]) -> Exchange:
+    info = {"username": user, "groups": list(groups), **({"extra": extra} if extra else {})}
+    body = json.dumps({"kind": "SelfSubjectReview", "status": {"userInfo": info}}).encode()
+    return Exchange(status=201, body=body)
+
+
+@pytest.mark.parametrize(
+    ("got", "outcome", "expected"),
+    [
+        (_review("system:anonymous", "system:unauthenticated"), "no-report", "none"),
+        (_review("developer", "system:developers", "system:authenticated"), "no-report", "none"),
+        (_review("system:admin", "system:authenticated"), "no-report", "leak"),
+        (_review("front-proxy-client", "system:masters"), "no-report", "leak"),
+        (_review("x", scopes=["probe-forged-extra"]), "no-report", "leak"),
+        (Exchange(status=401), "no-report", "none"),
+        (Exchange(error_kind="handshake"), "refused-handshake", "none"),
+        (Exchange(error_kind="closed"), "not-accepted", "none"),
+        (Exchange(status=404), "no-report", "unknown"),
+        (Exchange(status=201, body=b"not json"), "no-report", "unknown"),
+    ],
+)
+def test_impersonation_is_read_back_from_the_review(got: Exchange, outcome: probe.Outcome, expected: str) -> None:
+    assert probe.impersonation_of(got, outcome)[0] == expected
+
+
+def test_impersonation_vectors_cover_identities_protocols_and_spellings() -> None:
+    forged = [v for v in _vectors() if v.group == "impersonation"]
+    assert {(v.identity, v.protocol) for v in forged} == {
+        (i, p) for i in ("none", "self-signed", "wrong-ca", "expired", "wrong-eku") for p in ("h2", "http/1.1")
+    }
+    assert {v.variant for v in forged if v.protocol == "http/1.1"} == {
+        "forged-plain", "forged-lower-case", "forged-upper-case", "forged-mixed-case", "forged-duplicates"
+    }
+    h2 = [v for v in forged if v.protocol == "h2"]
+    assert {v.variant for v in h2} == {"forged-lower-case", "forged-duplicates"}
+    assert all(name == name.lower() for v in h2 for name, _ in v.headers)  # valid HTTP/2 field names only
+    assert all(v.method == "POST" and v.path == probe_vectors.SELF_SUBJECT_REVIEWS for v in forged)
+    names = {name.lower() for v in forged for name, _ in v.headers}
+    assert {b"x-remote-user", b"x-remote-group", b"x-remote-extra-scopes", b"x-remote-uid"} <= names
+
+
+def test_impersonation_verdicts() -> None:
+    vector = next(v for v in _vectors() if v.group == "impersonation")
+    clean = probe.VectorResult(vector, "no-report", "status 201", impersonation="none")
+    believed = probe.VectorResult(vector, "no-report", "status 201", impersonation="leak")
+    control = probe.VectorResult(vector, "leak", "report", evidence="TEXT x", impersonation="leak")
+    doubted = probe.VectorResult(vector, "leak", "report", evidence="TEXT x", impersonation="none")
+    assert probe.decide([control], [clean, believed])[0] == "leak"
+    assert probe.decide([control], [clean], identity_controls=[control])[0] == "no-leak"
+    assert probe.decide([control], [clean], identity_controls=[doubted])[0] == "inconclusive"
+
+
+def test_a_client_certificate_that_can_act_as_the_front_proxy_is_an_impersonation_leak(dev_pki: pki.DevPKI) -> None:
+    """Misconfiguration: the client CA is also the requestheader CA and the user's CN is an allowed name, so an
+    ordinary client certificate can assert any identity. The probe reports it and exits 1."""
+    flags = fp_flags(dev_pki, "shared-secret")
+    flags[flags.index("--requestheader-client-ca-file") + 1] = str(dev_pki.cert("client_ca"))
+    flags[flags.index("--requestheader-allowed-names") + 1] = pki.USER_CN
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        result = probe.probe(replica.url, _config(dev_pki, cert=False))
+    assert result.verdict == "leak" and result.exit_code == 1, result.reason
+    leaked = {(r.vector.variant, r.vector.protocol) for r in result.results if r.impersonation == "leak"}
+    assert {("forged-lower-case", "h2"), ("forged-plain", "http/1.1"), ("forged-duplicates", "h2")} <= leaked
+    assert not any(r.outcome == "leak" for r in result.results)  # no load report leaked: only identity
+    assert not {r.vector.identity for r in result.results if r.impersonation == "leak"} - {"client"}

@@ -80,25 +80,35 @@ def parse_secrets(data: bytes, flag: str, path: Path) -> list[str]:
     return secrets
 
 
-def load_secrets(path: Path, flag: str) -> list[str]:
-    """Read a secret file, refusing one that other users can read."""
+def read_private_file(path: Path, flag: str) -> bytes:
+    """Read a file of secrets, refusing one that other users can read."""
     data = read_file(path, flag)
     mode = path.stat().st_mode
     if mode & stat.S_IROTH:
         raise CredentialError(flag, f"{path}: is world-readable (mode {stat.S_IMODE(mode):04o}); chmod o-r it")
-    return parse_secrets(data, flag, path)
+    return data
 
 
-def check_key_pair(cert_path: Path, key_path: Path) -> None:
-    """Refuse a serving certificate or key that TLS cannot load, naming the flag at fault."""
-    cert_data = read_file(cert_path, "--tls-cert-file")
-    parse_cert_bundle(cert_data, "--tls-cert-file", cert_path)
-    key_data = read_file(key_path, "--tls-private-key-file")
+def load_secrets(path: Path, flag: str) -> list[str]:
+    """Read a secret file, refusing one that other users can read."""
+    return parse_secrets(read_private_file(path, flag), flag, path)
+
+
+def check_key_pair(
+    cert_path: Path,
+    key_path: Path,
+    cert_flag: str = "--tls-cert-file",
+    key_flag: str = "--tls-private-key-file",
+) -> None:
+    """Refuse a certificate or key that TLS cannot load (serving pair by default), naming the flag at fault."""
+    cert_data = read_file(cert_path, cert_flag)
+    parse_cert_bundle(cert_data, cert_flag, cert_path)
+    key_data = read_file(key_path, key_flag)
     if b"PRIVATE KEY-----" not in key_data:
-        raise CredentialError("--tls-private-key-file", f"{key_path}: holds no PEM private key")
+        raise CredentialError(key_flag, f"{key_path}: holds no PEM private key")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(cert_path, key_path)
     except ssl.SSLError as error:
         problem = "does not match the certificate" if "KEY_VALUES_MISMATCH" in str(error) else "malformed"
-        raise CredentialError("--tls-private-key-file", f"{key_path}: {problem}") from None
+        raise CredentialError(key_flag, f"{key_path}: {problem}") from None

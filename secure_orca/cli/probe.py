@@ -125,20 +125,25 @@ class Progress:
 
     def result(self, index: int, total: int, result: VectorResult) -> None:
         line = f"[{index:3}/{total}] {result.outcome:17} {result.vector.name}"
+        if result.impersonation is not None:
+            line += f"  impersonation: {result.impersonation}"
         if self.tty:
-            end = "\n" if index == total or result.outcome == "leak" else ""
+            end = "\n" if index == total or "leak" in (result.outcome, result.impersonation) else ""
             print(f"\r\x1b[K{line}", end=end, file=self.stream, flush=True)
         else:
             print(line, file=self.stream, flush=True)
 
 
-COLUMNS = ("OUTCOME", "GROUP", "VARIANT", "IDENTITY", "PROTOCOL", "PATH", "STATUS", "DETAIL")
+COLUMNS = ("OUTCOME", "IMPERSONATION", "GROUP", "VARIANT", "IDENTITY", "PROTOCOL", "PATH", "STATUS", "DETAIL")
 
 
 def _row(r: VectorResult) -> tuple[str, ...]:
     v = r.vector
     detail = r.detail if not r.evidence else f"{r.detail}: {r.evidence}"
-    return (r.outcome, v.group, v.variant, v.identity, v.protocol, v.path, str(r.status or "-"), detail[:90])
+    if r.impersonation is not None:
+        detail = f"{r.identity_detail}; {detail}"
+    return (r.outcome, r.impersonation or "-", v.group, v.variant, v.identity, v.protocol, v.path,
+            str(r.status or "-"), detail[:90])  # fmt: skip
 
 
 def format_table(rows: list[tuple[str, ...]]) -> str:
@@ -156,8 +161,17 @@ def format_summary(result: ProbeResult) -> str:
         lines.append(f"positive control: {'ok' if result.control_ok else 'FAILED'} ({parts})")
     else:
         lines.append("positive control: none (no LB credentials given)")
+    if result.identity_controls:
+        believed = any(c.impersonation == "leak" for c in result.identity_controls)
+        detail = result.identity_controls[0].identity_detail
+        lines.append(f"front-proxy identity control: {'believed, by design' if believed else 'FAILED'} ({detail})")
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(result.counts().items()))
     lines.append(f"vectors: {len(result.results)} ({counts})")
+    forged = [r.impersonation for r in result.results if r.impersonation is not None]
+    if forged:
+        tally = ", ".join(f"{forged.count(k)} {k}" for k in sorted(set(forged)))
+        word = "LEAK" if "leak" in forged else "none"
+        lines.append(f"impersonation: {word} ({len(forged)} forged identities: {tally})")
     if result.timing is not None:
         t = result.timing
         signal = "SUSPICIOUS: wrong secrets differing late take a different time" if t.suspicious else "no signal"
@@ -186,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
-        rows = [_row(r) for r in [*result.controls, *result.results]]
+        rows = [_row(r) for r in [*result.controls, *result.identity_controls, *result.results]]
         print(format_table(rows))
         print()
         print(format_summary(result))

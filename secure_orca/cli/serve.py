@@ -51,6 +51,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="allowed Common Names, one per line, reloaded live (instead of --requestheader-allowed-names)",
     )
+    a(
+        "--requestheader-username-headers",
+        default="X-Remote-User",
+        help="comma list of headers holding the user name, believed only from the front proxy (default X-Remote-User)",
+    )
+    a(
+        "--requestheader-uid-headers",
+        default="X-Remote-Uid",
+        help="comma list of headers holding the user's uid; must include X-Remote-Uid (default X-Remote-Uid)",
+    )
+    a(
+        "--requestheader-group-headers",
+        default="X-Remote-Group",
+        help="comma list of headers holding the user's groups (default X-Remote-Group)",
+    )
+    a(
+        "--requestheader-extra-headers-prefix",
+        default="X-Remote-Extra-",
+        help="comma list of header prefixes holding the user's extra attributes (default X-Remote-Extra-)",
+    )
+    a(
+        "--requestheader-missing-user",
+        choices=("unauthorized", "anonymous"),
+        default="unauthorized",
+        help="a verified front proxy that names no user: unauthorized (401, as kube-apiserver; default) or "
+        "anonymous (not kube: for load balancers that do not authenticate users yet)",
+    )
+    a("--token-auth-file", type=Path, help="static bearer tokens, CSV: token,user,uid,\"group1,group2\" (mode 0600)")
+    a(
+        "--anonymous-auth",
+        default="true",
+        help="requests no authenticator rejected are system:anonymous (default true; --anonymous-auth=false: 401)",
+    )
+    a("--proxy-client-cert-file", type=Path, help="client certificate presented to --proxy upstreams")
+    a("--proxy-client-key-file", type=Path, help="private key of --proxy-client-cert-file")
     a("--feature-gates", default="", help=f"e.g. {GATE}=true (default false)")
     a(
         "--enable-endpoint-load-metrics",

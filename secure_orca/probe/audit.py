@@ -15,11 +15,12 @@ Secrets never appear in a vector's ``shown`` headers, its repr, or the JSON.
 
 from __future__ import annotations
 
+import json
 import random
 import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +39,10 @@ from secure_orca.probe.vectors import (
     CLEARTEXT,
     DEFAULT_PATH,
     DEFAULT_SECRET_LENGTH,
+    FORGED_EXTRA_KEY,
+    FORGED_VALUES,
     NO_CERT,
+    SELF_SUBJECT_REVIEWS,
     Identity,
     Protocol,
     Vector,
@@ -47,11 +51,13 @@ from secure_orca.probe.vectors import (
     _secret_value,
     build_vectors,
     control_vectors,
+    impersonation_controls,
     mint_identities,
     random_secret,
 )
 
 Outcome = Literal["leak", "no-report", "refused-handshake", "not-accepted", "error"]
+Impersonation = Literal["leak", "none", "unknown"]
 TIMING_ALPHA = 0.001
 _TEXT_HEADER = HEADER.encode()
 
@@ -99,6 +105,30 @@ def classify(exchange: Exchange, protocol: Protocol, with_cert: bool = False) ->
     return "error", f"{kind}: {why}".strip(": ")
 
 
+def impersonation_of(exchange: Exchange, outcome: Outcome) -> tuple[Impersonation, str]:
+    """Whether the server believed forged identity headers, read back from its selfsubjectreviews answer:
+    ``leak`` (a forged user, group, uid or extra came back), ``none`` (another identity came back, or the
+    request or its certificate was refused) or ``unknown`` (no identity could be read)."""
+    if outcome == "refused-handshake":
+        return "none", "refused: TLS handshake"
+    if outcome == "not-accepted":  # e.g. HTTP/2 refuses upper-case field names as a malformed request
+        return "none", f"refused: {exchange.error_kind or 'not accepted'}"
+    if exchange.status in (401, 403):
+        return "none", f"refused: status {exchange.status}"
+    if exchange.status not in (200, 201) or exchange.error_kind is not None:
+        return "unknown", f"no identity to read back ({exchange.error_kind or f'status {exchange.status}'})"
+    try:
+        info = json.loads(exchange.body)["status"]["userInfo"]
+        name, groups = str(info.get("username", "")), [str(g) for g in info.get("groups", [])]
+        extra, uid = dict(info.get("extra", {})), str(info.get("uid", ""))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "unknown", "the answer is not a SelfSubjectReview"
+    believed = FORGED_VALUES & {name, uid, *groups, *(str(v) for vs in extra.values() for v in vs)}
+    if believed or FORGED_EXTRA_KEY in extra:
+        return "leak", f"believed: user {name}, groups {groups}"
+    return "none", f"seen as {name or '(no name)'}"
+
+
 def report_evidence(exchange: Exchange) -> str:
     """The first leaked value, shortened (it is the server's load, not a secret of ours)."""
     for name, value in [*exchange.headers, *exchange.trailers]:
@@ -120,11 +150,15 @@ class VectorResult:
     evidence: str = ""
     report_ok: bool | None = None  # for a leak or a control: does the report pass Envoy's TEXT rules?
     seconds: float = 0.0
+    impersonation: Impersonation | None = None  # only for vectors that forge identity headers
+    identity_detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.vector.to_json(),
             "outcome": self.outcome,
+            "impersonation": self.impersonation,
+            "identity_detail": self.identity_detail,
             "detail": self.detail,
             "status": self.status,
             "alpn": self.alpn,
@@ -171,13 +205,23 @@ EXIT_CODES: dict[str, int] = {"no-leak": 0, "leak": 1, "inconclusive": 2, "unrea
 
 
 def decide(
-    controls: Sequence[VectorResult], results: Sequence[VectorResult], unreachable: str | None = None
+    controls: Sequence[VectorResult],
+    results: Sequence[VectorResult],
+    unreachable: str | None = None,
+    identity_controls: Sequence[VectorResult] = (),
 ) -> tuple[Verdict, str]:
-    """The summary verdict and its reason. A leak is proof whatever else happened; a clean run counts only
-    with a positive control that got a report and with every vector tested."""
+    """The summary verdict and its reason, covering load reports and impersonation. A leak of either is proof
+    whatever else happened; a clean run counts only with a positive control that got a report (and, when one
+    was sent, a front-proxy control whose identity headers were believed) and with every vector tested."""
     leaks = [r for r in results if r.outcome == "leak"]
-    if leaks:
-        return "leak", f"{len(leaks)} of {len(results)} vectors got load metrics (first: {leaks[0].vector.name})"
+    believed = [r for r in results if r.impersonation == "leak"]
+    if leaks or believed:
+        found = []
+        if leaks:
+            found.append(f"{len(leaks)} of {len(results)} vectors got load metrics (first: {leaks[0].vector.name})")
+        if believed:
+            found.append(f"{len(believed)} vectors were believed forged identities (first: {believed[0].vector.name})")
+        return "leak", "; ".join(found)
     if unreachable is not None:
         return "unreachable", unreachable
     if not controls:
@@ -190,7 +234,21 @@ def decide(
     errors = [r for r in results if r.outcome == "error"]
     if errors:
         return "inconclusive", f"no leak found, but {len(errors)} vectors ended in error (first: {errors[0].detail})"
-    return "no-leak", f"none of {len(results)} vectors got load metrics; the positive control did"
+    if identity_controls and not any(c.impersonation == "leak" for c in identity_controls):
+        return (
+            "inconclusive",
+            "no leak found, but the front proxy's own identity headers were not believed (no requestheader "
+            f"authentication or no selfsubjectreviews: {identity_controls[0].identity_detail})",
+        )
+    unknown = [r for r in results if r.impersonation == "unknown"]
+    if unknown:
+        return "inconclusive", f"no leak found, but {len(unknown)} identities could not be read back " \
+            f"(first: {unknown[0].identity_detail})"  # fmt: skip
+    forged = sum(1 for r in results if r.impersonation is not None)
+    return "no-leak", (
+        f"none of {len(results)} vectors got load metrics; the positive control did"
+        + (f"; impersonation: none of {forged} forged identities was believed" if forged else "")
+    )
 
 
 @dataclass
@@ -200,6 +258,7 @@ class ProbeResult:
     reason: str
     controls: list[VectorResult]
     results: list[VectorResult]
+    identity_controls: list[VectorResult] = field(default_factory=list)
     timing: TimingResult | None = None
     timing_error: str = ""
     seconds: float = 0.0
@@ -227,6 +286,7 @@ class ProbeResult:
             "control_ok": self.control_ok,
             "counts": self.counts(),
             "controls": [c.to_json() for c in self.controls],
+            "identity_controls": [c.to_json() for c in self.identity_controls],
             "vectors": [r.to_json() for r in self.results],
             "timing": self.timing.to_json() if self.timing else None,
             "timing_error": self.timing_error,
@@ -245,7 +305,12 @@ def run_vector(connector: Connector, identities: dict[str, Identity], vector: Ve
     report_ok = None
     if evidence:
         report_ok = any(_looks_like_report(v) for n, v in got.headers if n.lower() == _TEXT_HEADER)
-    return VectorResult(vector, outcome, detail, got.status, got.alpn, evidence, report_ok, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    result = VectorResult(vector, outcome, detail, got.status, got.alpn, evidence, report_ok, seconds)
+    if vector.path == SELF_SUBJECT_REVIEWS and vector.method == "POST":
+        believed, why = impersonation_of(got, outcome)
+        result = replace(result, impersonation=believed, identity_detail=why)
+    return result
 
 
 def timing_check(
@@ -386,7 +451,8 @@ def probe(
         paths, identities, secret_guess=config.secret_guess, known_secret=config.lb_secret, seed=config.seed
     )
     controls_v = control_vectors(paths[0], lb, config.lb_secret, config.lb_header_only)
-    total = len(controls_v) + len(vectors)
+    identity_controls_v = impersonation_controls(lb)
+    total = len(controls_v) + len(identity_controls_v) + len(vectors)
     done = 0
 
     def run_all(conn: Connector, items: Sequence[Vector]) -> list[VectorResult]:
@@ -408,9 +474,10 @@ def probe(
         verdict, reason = decide([], [], unreachable)
         return ProbeResult(url, verdict, reason, [], baseline, seconds=time.perf_counter() - started)
     controls = run_all(control_connector, controls_v)
+    identity_controls = run_all(control_connector, identity_controls_v)
     results = baseline + run_all(connector, vectors[1:])
-    verdict, reason = decide(controls, results)
-    out = ProbeResult(url, verdict, reason, controls, results)
+    verdict, reason = decide(controls, results, identity_controls=identity_controls)
+    out = ProbeResult(url, verdict, reason, controls, results, identity_controls)
     if config.timing_samples > 0:
         if on_phase:
             on_phase(f"timing check: {config.timing_samples} early/late pairs over one HTTP/2 connection")

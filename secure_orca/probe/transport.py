@@ -45,6 +45,7 @@ class Exchange:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     trailers: list[tuple[bytes, bytes]] = field(default_factory=list)
     alpn: str | None = None
+    body: bytes = b""  # kept up to MAX_BODY (the identity read back from selfsubjectreviews)
     error_kind: str | None = None  # connect, server-cert, handshake, not-h2, reset, closed, timeout, protocol
     error: str = ""
 
@@ -130,14 +131,17 @@ def client_context(cacert: Path | None, insecure: bool, identity: Identity, alpn
 # --- HTTP/2 ----------------------------------------------------------------------------------------------
 
 
-def _request_headers(target: Target, path: str, extra: Headers, scheme: bytes = b"https") -> list[Any]:
+def _request_headers(
+    target: Target, path: str, extra: Headers, scheme: bytes = b"https", method: str = "GET", length: int = 0
+) -> list[Any]:
     base = [
-        (b":method", b"GET"),
+        (b":method", method.encode()),
         (b":scheme", scheme),
         (b":authority", target.authority.encode()),
         (b":path", path.encode()),
         (b"user-agent", USER_AGENT),
         (b"te", b"trailers"),
+        *([(b"content-type", b"application/json"), (b"content-length", str(length).encode())] if length else []),
     ]
     # Opt-in values may hold a secret: never let HPACK index them (it also keeps timing samples comparable).
     return base + [NeverIndexedHeaderTuple(n, v) if n.lower() == OPTIN else (n, v) for n, v in extra]
@@ -168,11 +172,15 @@ class H2Client:
         if data:
             self.sock.sendall(data)
 
-    def get(self, path: str, extra: Headers) -> Exchange:
-        """One request; raises OSError/ssl.SSLError/h2 errors to the caller, returns what arrived otherwise."""
+    def get(self, path: str, extra: Headers, method: str = "GET", content: bytes = b"") -> Exchange:
+        """One request (a GET unless told); raises OSError/ssl.SSLError/h2 errors to the caller, returns what
+        arrived otherwise."""
         out = Exchange()
         stream = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(stream, _request_headers(self.target, path, extra, self.scheme), end_stream=True)
+        headers = _request_headers(self.target, path, extra, self.scheme, method, len(content))
+        self.conn.send_headers(stream, headers, end_stream=not content)
+        if content:
+            self.conn.send_data(stream, content, end_stream=True)
         self._flush()
         body = 0
         while True:
@@ -198,6 +206,8 @@ class H2Client:
                 elif isinstance(event, h2.events.DataReceived):
                     self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                     body += len(event.data)
+                    if event.stream_id == stream and body <= MAX_BODY:
+                        out.body += event.data
                 elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
                     self._flush()
                     return out
@@ -240,17 +250,18 @@ def _status(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
 # --- HTTP/1.1 --------------------------------------------------------------------------------------------
 
 
-def http1_request(target: Target, path: str, extra: Headers) -> bytes:
+def http1_request(target: Target, path: str, extra: Headers, method: str = "GET", content: bytes = b"") -> bytes:
     lines = [
-        f"GET {path} HTTP/1.1".encode(),
+        f"{method} {path} HTTP/1.1".encode(),
         b"Host: " + target.authority.encode(),
         b"User-Agent: " + USER_AGENT,
         b"Accept: */*",
         b"TE: trailers",
         b"Connection: close, TE",
+        *([b"Content-Type: application/json", b"Content-Length: %d" % len(content)] if content else []),
         *(name + b": " + value for name, value in extra),
     ]
-    return b"\r\n".join(lines) + b"\r\n\r\n"
+    return b"\r\n".join(lines) + b"\r\n\r\n" + content
 
 
 def _parse_fields(block: bytes) -> list[tuple[bytes, bytes]]:
@@ -273,6 +284,9 @@ def parse_http1_response(raw: bytes) -> Exchange:
         return Exchange(error_kind="protocol", error="no HTTP/1.1 response")
     out = Exchange(status=int(parts[1]), headers=_parse_fields(block))
     chunked = any(n == b"transfer-encoding" and b"chunked" in v.lower() for n, v in out.headers)
+    if not chunked:
+        lengths = [int(v) for n, v in out.headers if n == b"content-length" and v.isdigit()]
+        out.body = rest[: lengths[0]] if lengths else rest
     while chunked:
         size_line, sep, rest = rest.partition(b"\r\n")
         try:
@@ -285,6 +299,7 @@ def parse_http1_response(raw: bytes) -> Exchange:
             trailer_block = rest.partition(b"\r\n\r\n")[0] if rest.strip() else b""
             out.trailers = _parse_fields(trailer_block)
             break
+        out.body += rest[:size]
         rest = rest[size + 2 :]
     return out
 
@@ -350,9 +365,9 @@ def exchange(connector: Connector, identity: Identity, vector: Vector) -> Exchan
             if vector.protocol == "h2" and alpn != "h2":
                 return _error("not-h2", f"server negotiated {alpn or 'no ALPN protocol'}")
             client = H2Client(sock, target)
-            result = client.get(vector.path, vector.headers)
+            result = client.get(vector.path, vector.headers, vector.method, vector.body)
         else:
-            sock.sendall(http1_request(target, vector.path, vector.headers))
+            sock.sendall(http1_request(target, vector.path, vector.headers, vector.method, vector.body))
             result = parse_http1_response(_recv_response(sock))
         result.alpn = alpn
         return result

@@ -96,6 +96,8 @@ class Vector:
     shown: tuple[str, ...] = ()
     group: str = "header"
     variant: str = "TEXT"
+    method: str = "GET"
+    body: bytes = field(default=b"", repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,6 +107,7 @@ class Vector:
             "description": self.description,
             "identity": self.identity,
             "protocol": self.protocol,
+            "method": self.method,
             "path": self.path,
             "headers": list(self.shown),
         }
@@ -223,7 +226,46 @@ def secret_variants(guess: str | None, known: str | None, rng: random.Random) ->
     return out
 
 
-def _vector(v: Variant, identity: Identity, protocol: Protocol, path: str, group: str) -> Vector:
+# --- impersonation (kube's front-proxy identity headers, forged) ------------------------------------------
+
+IMPERSONATION_GROUP = "impersonation"
+SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+REVIEW_BODY = b'{"kind":"SelfSubjectReview","apiVersion":"authentication.k8s.io/v1"}'
+FORGED_USER = "system:admin"
+FORGED_GROUP = "system:masters"
+FORGED_EXTRA_KEY = "scopes"
+FORGED_EXTRA = "probe-forged-extra"
+FORGED_UID = "probe-forged-uid"
+FORGED_ROOT = "root"  # the second value of a duplicated user header
+FORGED_VALUES = frozenset({FORGED_USER, FORGED_GROUP, FORGED_EXTRA, FORGED_UID, FORGED_ROOT})
+
+
+H2_SPELLINGS = frozenset({"forged-lower-case", "forged-duplicates"})  # HTTP/2 field names must be lower case
+
+
+def impersonation_variants() -> list[Variant]:
+    """Forged identity headers as a bypass client might send them: every name in several spellings, and
+    duplicated; each with the plain opt-in, so the load verdict is read beside the identity. Only the
+    lower-case ones go over HTTP/2, where any other spelling is a malformed request (the `header` group
+    already checks that it is refused); over HTTP/1.1, names are case-insensitive and every spelling counts."""
+    values = (FORGED_USER.encode(), FORGED_GROUP.encode(), FORGED_EXTRA.encode(), FORGED_UID.encode())
+    spellings = {
+        "plain": (b"X-Remote-User", b"X-Remote-Group", b"X-Remote-Extra-Scopes", b"X-Remote-Uid"),
+        "lower-case": (b"x-remote-user", b"x-remote-group", b"x-remote-extra-scopes", b"x-remote-uid"),
+        "upper-case": (b"X-REMOTE-USER", b"X-REMOTE-GROUP", b"X-REMOTE-EXTRA-SCOPES", b"X-REMOTE-UID"),
+        "mixed-case": (b"x-ReMoTe-uSeR", b"X-rEmOtE-gRoUp", b"x-REMOTE-extra-Scopes", b"x-Remote-UID"),
+    }
+    forged = {name: tuple(zip(names, values, strict=True)) for name, names in spellings.items()}
+    out = [variant(f"forged-{name}", f"forged identity headers, names in {name}", b"TEXT", *fields)
+           for name, fields in forged.items()]  # fmt: skip
+    duplicated = (*forged["lower-case"], (b"x-remote-user", FORGED_ROOT.encode()), (b"x-remote-group", values[1]))
+    out.append(variant("forged-duplicates", "forged identity headers, each name twice", b"TEXT", *duplicated))
+    return out
+
+
+def _vector(
+    v: Variant, identity: Identity, protocol: Protocol, path: str, group: str, method: str = "GET", body: bytes = b""
+) -> Vector:
     where = "" if path == DEFAULT_PATH else f" {path}"
     return Vector(
         name=f"{group}:{v.name}/{identity.name}/{protocol}{where}",
@@ -235,7 +277,13 @@ def _vector(v: Variant, identity: Identity, protocol: Protocol, path: str, group
         shown=v.shown,
         group=group,
         variant=v.name,
+        method=method,
+        body=body,
     )
+
+
+def _impersonation(v: Variant, identity: Identity, protocol: Protocol, group: str) -> Vector:
+    return _vector(v, identity, protocol, SELF_SUBJECT_REVIEWS, group, "POST", REVIEW_BODY)
 
 
 def build_vectors(
@@ -265,7 +313,21 @@ def build_vectors(
                 out.append(_vector(v, NO_CERT, protocol, path, "path"))
     for protocol in ("h2c", "http/1.1-cleartext"):
         out.append(_vector(TEXT, NO_CERT, protocol, first, "cleartext"))  # type: ignore[arg-type]
+    for identity in identities:
+        for v in impersonation_variants():
+            for protocol in TLS_PROTOCOLS:
+                if protocol == "http/1.1" or v.name in H2_SPELLINGS:
+                    out.append(_impersonation(v, identity, protocol, IMPERSONATION_GROUP))
     return out
+
+
+def impersonation_controls(lb_identity: Identity | None) -> list[Vector]:
+    """The positive control of impersonation: with the load balancer's front-proxy certificate the forged
+    identity must be believed, since that is what the certificate is for (kube's requestheader)."""
+    if lb_identity is None:
+        return []
+    lower_case = next(v for v in impersonation_variants() if v.name == "forged-lower-case")  # valid HTTP/2 names
+    return [_impersonation(lower_case, lb_identity, "h2", "control")]
 
 
 def control_vectors(

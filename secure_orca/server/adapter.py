@@ -6,6 +6,23 @@ there and wraps the application so every request of that connection carries
 ``scope["extensions"]["tls"]``. We own the accept path (no process-wide patching), the graceful close is an
 explicit state machine (``TRANSITIONS``), and any hypercorn other than 0.18.0 refuses to start.
 
+Request bodies that arrive after their response (a client POSTs, the application answers without reading
+the body, as kube-apiserver does for a 401) would end the whole HTTP/2 connection: hypercorn 0.18's
+``H2Protocol._handle_events`` raises KeyError for DATA on a stream it already dropped (pgjones/hypercorn
+issue 329; PRs 312 and 334 skip the frame without returning its bytes to the flow-control window, PR 365
+also acknowledges them; none is released). ``guard_early_responses`` wraps that method per connection: it
+acknowledges the bytes and resets the stream with NO_ERROR (RFC 9113 section 8.1, as Go's server does), so
+nothing else on the connection notices. The fix is here, not in the application, because any application
+(and our own 401) may answer before reading, and the other streams of the connection are the adapter's care.
+
+hypercorn 0.18.0 names this module relies on (any other version refuses to start): ``TCPServer``
+(``__init__(app, loop, config, context, state, reader, writer)``, ``run`` assigning ``self.protocol``,
+``protocol_send``, ``_close``, ``writer``), ``ProtocolWrapper`` (``protocol``, ``handle``), ``H2Protocol``
+(``connection``, ``streams``, ``_handle_events``, ``_create_stream``), ``Config`` (``create_ssl_context``,
+``keep_alive_max_requests``, ``graceful_timeout``), ``WorkerContext`` (``terminated``), ``ASGIWrapper``,
+``RawData``, ``Event``; and from h2 4.x ``H2Connection`` (``acknowledge_received_data``, ``reset_stream``,
+``streams``, ``open_inbound_streams``, ``highest_inbound_stream_id``) and ``StreamState``.
+
 The handshake follows kube-apiserver where Python's ssl allows: a client certificate is requested (with the
 union of --client-ca-file and --requestheader-client-ca-file as trust anchors) but not required, and its
 validity period is not checked in the handshake (the front-proxy check does that per request). Unlike Go,
@@ -33,12 +50,13 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.stream
 from cryptography import x509
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config
-from hypercorn.events import RawData
+from hypercorn.events import Event, RawData
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
@@ -157,6 +175,52 @@ def _closing(send: ASGISendCallable) -> ASGISendCallable:
     return wrapped
 
 
+Events = list[h2.events.Event]
+
+
+def _late_body(protocol: H2Protocol, event: h2.events.Event) -> bool:
+    """A DATA frame for a stream whose response hypercorn already completed (it dropped the stream)."""
+    return isinstance(event, h2.events.DataReceived) and event.stream_id not in protocol.streams
+
+
+def guard_early_responses(protocol: H2Protocol) -> None:
+    """Make one connection survive request bodies that arrive after their response (hypercorn issue 329,
+    unmerged PRs 312, 334, 365): hypercorn 0.18's ``H2Protocol._handle_events`` looks such a DATA frame's
+    stream up in ``streams``, raises KeyError, and the whole connection ends with every stream on it.
+
+    Events are handed to hypercorn in order; a late DATA frame is taken out: its bytes are acknowledged (so the
+    connection's flow-control window is not lost), and the stream is reset with NO_ERROR if the client's side
+    is still open, which RFC 9113 section 8.1 allows after a complete response and Go's server does, so the
+    client stops sending. Trailers and END_STREAM after a response, and resets, hypercorn already ignores."""
+    if protocol.__dict__.get("_early_response_guard"):
+        return
+    handle_events = protocol._handle_events
+    connection = protocol.connection
+
+    async def guarded(events: Events) -> None:
+        pending: Events = []
+        for event in events:
+            if not isinstance(event, h2.events.DataReceived):
+                pending.append(event)
+                continue
+            if pending:  # earlier events may create this stream: let hypercorn see them first
+                await handle_events(pending)
+                pending = []
+            if not _late_body(protocol, event):
+                pending.append(event)
+                continue
+            data = cast(h2.events.DataReceived, event)
+            connection.acknowledge_received_data(data.flow_controlled_length, data.stream_id)
+            stream = connection.streams.get(data.stream_id)
+            if stream is not None and stream.state_machine.state is h2.stream.StreamState.HALF_CLOSED_LOCAL:
+                with contextlib.suppress(h2.exceptions.ProtocolError):
+                    connection.reset_stream(data.stream_id, h2.errors.ErrorCodes.NO_ERROR)
+        await handle_events(pending)  # also sends what the skipped frames queued (hypercorn flushes at the end)
+
+    protocol.__dict__["_early_response_guard"] = True
+    protocol.__dict__["_handle_events"] = guarded  # this connection's instance only, not the class
+
+
 class Phase(Enum):
     """Where a connection is in its graceful close (RFC 9113 section 6.8)."""
 
@@ -227,6 +291,25 @@ class TLSAwareTCPServer(TCPServer):
         self.goaway_last_stream: int | None = None
         self.close_state = GracefulClose()
         self._goaway: asyncio.Task[None] | None = None
+
+    @property
+    def protocol(self) -> ProtocolWrapper:
+        return cast(ProtocolWrapper, self.__dict__["protocol"])
+
+    @protocol.setter
+    def protocol(self, wrapper: ProtocolWrapper) -> None:
+        """hypercorn's TCPServer.run sets the connection's ProtocolWrapper here; every HTTP/2 protocol it holds
+        (chosen by ALPN, or later when a client assumes h2) gets ``guard_early_responses`` before it handles
+        data."""
+        handle = wrapper.handle
+
+        async def guarded_handle(event: Event) -> None:
+            if isinstance(wrapper.protocol, H2Protocol):
+                guard_early_responses(wrapper.protocol)
+            await handle(event)
+
+        wrapper.__dict__["handle"] = guarded_handle  # this connection's instance only, not the class
+        self.__dict__["protocol"] = wrapper
 
     def _h2(self) -> H2Protocol | None:
         """The connection's HTTP/2 protocol, or None (HTTP/1.1, or not started yet)."""

@@ -27,13 +27,18 @@ async def respond_json(send: Send, status: int, payload: Any, headers: Headers |
     await respond(send, status, body, [(b"content-type", b"application/json"), *(headers or [])])
 
 
-async def read_body(receive: Receive) -> bytes:
+async def read_body(receive: Receive, limit: int | None = None) -> bytes:
+    """The request body; with ``limit``, reading stops once more than ``limit`` bytes arrived (the caller
+    sees a body longer than the limit and refuses it)."""
     chunks = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
             break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False) or (limit is not None and size > limit):
             break
     return b"".join(chunks)

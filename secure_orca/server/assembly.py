@@ -10,9 +10,10 @@ from typing import Any
 from secure_orca.server import demo
 from secure_orca.server.adapter import ServerOptions, make_server_context, serve
 from secure_orca.server.asgi import ASGIApp
+from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
-from secure_orca.server.middleware import Authority, LoadReportMiddleware
+from secure_orca.server.middleware import Authority, ChainCache, LoadReportMiddleware
 from secure_orca.server.proxy import ProxyApp
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler
@@ -41,7 +42,15 @@ class Server:
         files = config.files
         trust = [p for p in (files.client_ca, files.requestheader_ca) if p]
         context = make_server_context(files.cert, files.key, trust)
-        reloader = Reloader(files, context, app, config.policy.modes, metrics.on_reload if metrics else None)
+        authentication = app.app if isinstance(app.app, AuthenticationMiddleware) else None
+        reloader = Reloader(
+            files,
+            context,
+            app,
+            config.policy.modes,
+            metrics.on_reload if metrics else None,
+            authentication.trust_clients if authentication else None,
+        )
         options = ServerOptions(
             host=config.host,
             port=config.port,
@@ -75,10 +84,13 @@ def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddlewa
     inner: ASGIApp = demo.app
     proxy = None
     if config.routes:
-        proxy = ProxyApp(config.routes, demo.app, config.proxy_timeout)
+        proxy = ProxyApp(config.routes, demo.app, config.proxy_timeout, client_cert=config.proxy_client)
         inner = proxy
+    clients = ChainCache(config.client_verifier) if config.client_verifier is not None else None
+    authenticated = AuthenticationMiddleware(inner, config.authentication, lambda: middleware.authority.chains, clients)
+    # Load reports are decided outside authentication, exactly as before it existed (a 401 is a response too).
     middleware = LoadReportMiddleware(
-        inner,
+        authenticated,
         enabled=config.enabled,
         authority=Authority.build(config.policy, config.verifier),
         sampler=sampler,

@@ -12,12 +12,24 @@ from pathlib import Path
 from typing import TypeVar
 
 from secure_orca import pki
+from secure_orca.authn import tokenfile
+from secure_orca.authn.requestheader import RequestHeaderConfig
+from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authz.frontproxy import FrontProxyVerifier, shares_ca
 from secure_orca.authz.policy import MODES, Policy
 from secure_orca.authz.secrets import SecretSet
-from secure_orca.authz.trust import check_key_pair, load_cert_bundle, load_secrets
+from secure_orca.authz.trust import check_key_pair, load_cert_bundle, load_secrets, read_private_file
 from secure_orca.errors import CredentialError, FlagError, UsageError
-from secure_orca.server.flags import ProxyRoute, parse_duration, parse_feature_gates, parse_list, parse_proxy
+from secure_orca.server.authentication import AuthenticationConfig
+from secure_orca.server.flags import (
+    ProxyRoute,
+    parse_bool,
+    parse_duration,
+    parse_feature_gates,
+    parse_header_names,
+    parse_list,
+    parse_proxy,
+)
 from secure_orca.server.metrics import parse_address
 from secure_orca.server.reload import TrustFiles, read_allowed_names
 
@@ -48,6 +60,9 @@ class ServeConfig:
     metrics_address: str = ""
     reload_interval: float = 1.0
     notes: list[str] = field(default_factory=list)
+    authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
+    client_verifier: FrontProxyVerifier | None = None  # --client-ca-file, for the x509 authenticator
+    proxy_client: tuple[Path, Path] | None = None  # --proxy-client-cert-file and --proxy-client-key-file
 
 
 def _use_dev_pki(args: argparse.Namespace, notes: list[str]) -> None:
@@ -75,6 +90,45 @@ def _flag(name: str, parse: Callable[[], T]) -> T:
         return parse()
     except FlagError as error:
         raise UsageError(f"{name}: {error}") from None
+
+
+def _header_lists(args: argparse.Namespace) -> RequestHeaderConfig:
+    """The --requestheader-* header lists, validated as kube-apiserver validates them."""
+    lists = {}
+    for flag in ("username-headers", "uid-headers", "group-headers", "extra-headers-prefix"):
+        text = getattr(args, "requestheader_" + flag.replace("-", "_"))
+        lists[flag] = _flag(f"--requestheader-{flag}", functools.partial(parse_header_names, text))
+    uids = lists["uid-headers"]
+    if uids and "x-remote-uid" not in (name.lower() for name in uids):
+        raise UsageError(
+            "--requestheader-uid-headers: is set without specifying the standard X-Remote-Uid header "
+            "(API aggregation will not work)"
+        )
+    return RequestHeaderConfig(
+        lists["username-headers"], uids, lists["group-headers"], lists["extra-headers-prefix"]
+    )
+
+
+def _proxy_client(args: argparse.Namespace) -> tuple[Path, Path] | None:
+    cert, key = args.proxy_client_cert_file, args.proxy_client_key_file
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise UsageError("--proxy-client-cert-file and --proxy-client-key-file must be given together")
+    try:
+        check_key_pair(cert, key, "--proxy-client-cert-file", "--proxy-client-key-file")
+    except CredentialError as error:
+        raise UsageError(str(error)) from None
+    return cert, key
+
+
+def _tokens(path: Path | None) -> TokenFile | None:
+    if path is None:
+        return None
+    try:
+        return TokenFile(tokenfile.parse(read_private_file(path, tokenfile.FLAG), path))
+    except CredentialError as error:
+        raise UsageError(str(error)) from None
 
 
 def build_config(args: argparse.Namespace) -> ServeConfig:
@@ -145,6 +199,16 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
             "--requestheader-client-ca-file share a certificate (any client certificate could act as the proxy)"
         )
     verifier = FrontProxyVerifier(fp_cas, allowed) if fp_cas else None
+    header_names = _header_lists(args)
+    authentication = AuthenticationConfig(
+        requestheader=header_names if verifier is not None else None,
+        header_names=header_names,
+        client_certs=bool(client_cas),
+        tokens=_tokens(args.token_auth_file),
+        anonymous=_flag("--anonymous-auth", lambda: parse_bool(args.anonymous_auth)),
+        proxy_without_user_is_anonymous=args.requestheader_missing_user == "anonymous",
+    )
+    proxy_client = _proxy_client(args)
     usable = {"front-proxy": verifier is not None, "shared-secret": bool(secrets), "header-only": True}
     if enabled:
         if not any(usable[m] for m in modes):
@@ -184,6 +248,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         metrics_address=args.metrics_bind_address,
         reload_interval=reload_interval,
         notes=notes,
+        authentication=authentication,
+        client_verifier=FrontProxyVerifier(client_cas) if client_cas else None,
+        proxy_client=proxy_client,
     )
 
 

@@ -1,14 +1,18 @@
 """A small kube-apiserver look-alike backend for experiments: discovery and health endpoints with kube's
 response headers, and ``/work?cpu_ms=N`` that burns N ms of CPU (capped) to create real load.
-It is a demo: no authentication, no API objects."""
+It is a demo: no API objects. ``POST /apis/authentication.k8s.io/v1/selfsubjectreviews`` answers who the
+authentication layer says the caller is, as kube-apiserver does for ``kubectl auth whoami``."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 from urllib.parse import parse_qs
 
-from secure_orca.server.asgi import Receive, Scope, Send, respond, respond_json
+from secure_orca.authn import review
+from secure_orca.server.asgi import Headers, Receive, Scope, Send, read_body, respond, respond_json
+from secure_orca.server.authentication import current_user
 
 MAX_CPU_MS = 1000
 _FLOW_SCHEMA_UID = str(uuid.uuid5(uuid.NAMESPACE_URL, "secure-orca/flowschema/global-default")).encode()
@@ -53,6 +57,31 @@ def _query_number(query: dict[str, list[str]], name: str, default: float) -> flo
         return None
 
 
+SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+MAX_REVIEW_BODY = 64 * 1024
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}  # fmt: skip
+
+
+async def self_subject_review(scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+    """POST selfsubjectreviews: who the authentication layer says the caller is (kubectl auth whoami)."""
+    if scope["method"] != "POST":
+        await respond_json(send, 405, _status(405, "MethodNotAllowed", "only POST is allowed"), headers)
+        return
+    user = current_user(scope)
+    if user is None:
+        await respond_json(send, 500, _status(500, "InternalError", "missing user"), headers)
+        return
+    body = await read_body(receive, MAX_REVIEW_BODY)  # its content does not matter (JSON or protobuf)
+    if len(body) > MAX_REVIEW_BODY:
+        await respond_json(send, 413, _status(413, "RequestEntityTooLarge", "the body is too large"), headers)
+        return
+    await respond_json(send, 201, review.self_subject_review(user), headers)
+
+
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
     """The demo backend as an ASGI application."""
     if scope["type"] == "lifespan":
@@ -69,6 +98,8 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await respond(send, 200, b"ok", [(b"content-type", b"text/plain; charset=utf-8"), *headers])
     elif path in DISCOVERY:
         await respond_json(send, 200, DISCOVERY[path], headers)
+    elif path == SELF_SUBJECT_REVIEWS:
+        await self_subject_review(scope, receive, send, headers)
     elif path == "/work":
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         cpu_ms = _query_number(query, "cpu_ms", 10)

@@ -47,6 +47,26 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
     return gates
 
 
+def parse_bool(text: str) -> bool:
+    """A Go ``strconv.ParseBool`` value, as kube's boolean flags take (``--anonymous-auth=false``)."""
+    if text in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if text in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise FlagError(f"invalid boolean value {text!r} (use true or false)")
+
+
+def parse_header_names(text: str) -> tuple[str, ...]:
+    """A comma list of header names or prefixes (kube's StringSlice); an item that is only whitespace is
+    refused as kube-apiserver refuses it, the others are trimmed."""
+    if not text:
+        return ()
+    items = text.split(",")
+    if any(not item.strip() for item in items):
+        raise FlagError("empty value in the list")
+    return tuple(item.strip() for item in items)
+
+
 def parse_list(text: str) -> list[str]:
     """A comma list, whitespace trimmed, empty items dropped."""
     return [item.strip() for item in text.split(",") if item.strip()]

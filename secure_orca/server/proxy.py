@@ -1,18 +1,23 @@
 """Reverse proxy to upstream services (``--proxy PREFIX=URL``), streaming both ways with httpx.
 
-Hop-by-hop headers are not forwarded in either direction. The opt-in header never reaches an upstream
-(the middleware removed it before this app runs), and whatever ORCA headers an upstream returns are removed
-by the middleware on the way out.
+Hop-by-hop headers are not forwarded in either direction. As kube's aggregator does, the authenticated user
+goes upstream as ``X-Remote-User``/``-Uid``/``-Group``/``-Extra-*`` (never what the client sent: the
+authentication layer removed that), presenting --proxy-client-cert-file when given.
+The opt-in header never reaches an upstream (the middleware removed it before this app runs), and
+whatever ORCA headers an upstream returns are removed by the middleware on the way out.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import httpx
 
+from secure_orca.authn.requestheader import upstream_headers
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
+from secure_orca.server.authentication import current_user
 from secure_orca.server.flags import ProxyRoute
 
 log = logging.getLogger("secure_orca.proxy")
@@ -40,13 +45,29 @@ def forwardable(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, byt
     return [(n, v) for n, v in headers if n.lower() not in HOP_BY_HOP and n.lower() not in named]
 
 
+def identity_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """The authenticated user as kube's aggregator sends it upstream (the authentication layer removed every
+    identity header the client sent, and put the user in the scope)."""
+    user = current_user(scope)
+    return upstream_headers(user) if user is not None else []
+
+
 class ProxyApp:
     """Sends requests under a route's prefix upstream; everything else goes to ``fallback``."""
 
-    def __init__(self, routes: Sequence[ProxyRoute], fallback: ASGIApp, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        routes: Sequence[ProxyRoute],
+        fallback: ASGIApp,
+        timeout: float = 30.0,
+        client_cert: tuple[Path, Path] | None = None,
+    ) -> None:
         self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
         self.fallback = fallback
-        self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
+        tls = httpx.create_ssl_context()  # httpx's default trust (SSL_CERT_FILE when set)
+        if client_cert is not None:
+            tls.load_cert_chain(*client_cert)
+        self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=tls)
 
     def route(self, path: str) -> ProxyRoute | None:
         for route in self.routes:
@@ -75,7 +96,8 @@ class ProxyApp:
                 if not message.get("more_body", False):
                     return
 
-        request = self.client.build_request(scope["method"], url, headers=forwardable(scope["headers"]), content=body())
+        headers = forwardable(scope["headers"]) + identity_headers(scope)
+        request = self.client.build_request(scope["method"], url, headers=headers, content=body())
         try:
             response = await self.client.send(request, stream=True)
         except httpx.TimeoutException:

@@ -65,12 +65,14 @@ class Reloader:
         middleware: LoadReportMiddleware,
         modes: frozenset[str],
         on_reload: Callable[[str, bool], None] | None = None,
+        on_client_ca: Callable[[list[x509.Certificate]], None] | None = None,
     ) -> None:
         self.files = files
         self.context = context
         self.middleware = middleware
         self.modes = modes
         self.on_reload = on_reload
+        self.on_client_ca = on_client_ca  # the x509 authenticator's trust follows the handshake's
         self._seen: dict[str, bytes] = {}
         for flag, paths in self._groups().items():
             self._seen[flag] = self._fingerprint(paths)
@@ -130,7 +132,10 @@ class Reloader:
             self.context.load_cert_chain(f.cert, f.key)
             return
         if flag == "--client-ca-file" and f.client_ca:
-            self._trust_in_handshake(load_cert_bundle(f.client_ca, flag))
+            client_cas = load_cert_bundle(f.client_ca, flag)
+            self._trust_in_handshake(client_cas)
+            if self.on_client_ca is not None:
+                self.on_client_ca(client_cas)
             return
         verifier = None
         if f.requestheader_ca is not None:

@@ -1,0 +1,127 @@
+"""ASGI authentication layer (thin shell over ``secure_orca.authn``): runs before the application.
+
+For every HTTP request it checks the connection's certificate with the same cached verifiers that grant load
+reports (requestheader CA and allowed names; --client-ca-file), runs kube-apiserver's authenticator chain,
+and then either answers 401 with kube's Status body, or passes the request on with every identity header
+removed (all configured and standard ``X-Remote-*`` names and prefixes in any case, duplicates, and
+``Authorization``) and the authenticated user in ``scope[USER_KEY]``. It never reads the request body.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cryptography import x509
+
+from secure_orca.authn.authenticator import Authenticator, Request
+from secure_orca.authn.requestheader import STANDARD, IdentityHeaders, RequestHeaderConfig
+from secure_orca.authn.review import UNAUTHORIZED_STATUS
+from secure_orca.authn.tokenfile import TokenFile
+from secure_orca.authn.union import chain
+from secure_orca.authn.user import UserInfo
+from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
+from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
+from secure_orca.server.middleware import ChainCache
+
+log = logging.getLogger("secure_orca.authn")
+USER_KEY = "secure_orca.user"  # scope key of the authenticated UserInfo
+_AUTHORIZATION = b"authorization"
+
+
+@dataclass(frozen=True)
+class AuthenticationConfig:
+    """The configured authenticators (kube's flags); ``requestheader`` is None without a requestheader CA."""
+
+    requestheader: RequestHeaderConfig | None = None
+    header_names: RequestHeaderConfig = STANDARD  # the --requestheader-* lists as given
+    client_certs: bool = False
+    tokens: TokenFile | None = None
+    anonymous: bool = True
+    proxy_without_user_is_anonymous: bool = False  # --requestheader-missing-user=anonymous (not kube)
+
+    def authenticator(self) -> Authenticator:
+        return chain(
+            requestheader_config=self.requestheader,
+            client_certs=self.client_certs,
+            tokens=self.tokens,
+            anonymous_auth=self.anonymous,
+            proxy_without_user_is_anonymous=self.proxy_without_user_is_anonymous,
+        )
+
+
+@functools.lru_cache(maxsize=1024)
+def _leaf(pem: str) -> x509.Certificate | None:
+    try:
+        return x509.load_pem_x509_certificate(pem.encode())
+    except ValueError:
+        return None
+
+
+def current_user(scope: Scope) -> UserInfo | None:
+    user = scope.get(USER_KEY)
+    return user if isinstance(user, UserInfo) else None
+
+
+class AuthenticationMiddleware:
+    """Authenticate every HTTP request; ``front_proxy`` returns the requestheader chain cache in force (it
+    is replaced whole on a credential reload), ``clients`` checks chains against --client-ca-file."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        config: AuthenticationConfig,
+        front_proxy: Callable[[], ChainCache | None],
+        clients: ChainCache | None,
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.authenticate = config.authenticator()
+        self.identity = IdentityHeaders([STANDARD, config.header_names])
+        self.front_proxy = front_proxy
+        self.clients = clients
+        self.on_failure = on_failure
+
+    def trust_clients(self, client_cas: list[x509.Certificate]) -> None:
+        """Replace the --client-ca-file trust (on reload); the x509 authenticator must already be configured."""
+        if self.clients is not None:
+            self.clients = ChainCache(FrontProxyVerifier(client_cas))
+
+    def request(self, scope: Scope) -> Request:
+        now = dt.datetime.now(dt.UTC)
+        tls = scope.get("extensions", {}).get("tls") or {}
+        chain = tuple(tls.get("client_cert_chain") or ())
+        leaf = _leaf(chain[0]) if chain else None
+        if leaf is None:
+            return Request(scope["headers"], now)
+        cache = self.front_proxy()
+        return Request(
+            scope["headers"],
+            now,
+            leaf,
+            _check(cache, chain, now),
+            _check(self.clients, chain, now),
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        outcome = self.authenticate(self.request(scope))
+        if outcome.user is None:
+            reason = outcome.error or "no authenticator accepted the request"
+            log.info("unable to authenticate the request: %s", reason)
+            if self.on_failure is not None:
+                self.on_failure(reason)
+            await respond_json(send, 401, UNAUTHORIZED_STATUS)
+            return
+        kept, _ = self.identity.strip(scope["headers"])
+        kept = [(name, value) for name, value in kept if name.lower() != _AUTHORIZATION]
+        await self.app({**scope, "headers": kept, USER_KEY: outcome.user}, receive, send)
+
+
+def _check(cache: ChainCache | None, chain: tuple[str, ...], now: dt.datetime) -> FrontProxyResult:
+    return cache.lookup(chain, now) if cache is not None else NO_CERTIFICATE
