@@ -51,6 +51,7 @@ class Echo(http.server.BaseHTTPRequestHandler):
 
 
 TOKEN = "envoy-identity-test-token-0123456789"
+UIDS = {"token-user": "uid-7"}  # the only user with a uid: certificates here carry none
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +107,8 @@ def identity(response: httpx.Response) -> tuple[list[str], list[str]]:
     pairs = response.json()
     users = [v for k, v in pairs if k == "x-remote-user"]
     groups = [v for k, v in pairs if k == "x-remote-group" and v != AUTHENTICATED]
-    assert not [k for k, _ in pairs if k == "x-remote-uid" or k.startswith("x-remote-extra-")]
+    assert not [k for k, _ in pairs if k.startswith("x-remote-extra-")]
+    assert [v for k, v in pairs if k == "x-remote-uid"] in ([], [UIDS.get(users[0] if users else "")])
     return users, groups
 
 
@@ -167,6 +169,7 @@ def test_token_clients_pass_through_and_are_themselves(envoy_url: str, dev_pki: 
     headers = [*forged, ("Authorization", f"Bearer {TOKEN}"), ("X-Remote-Extra-Acme", "1")]
     response = echo(envoy_url, dev_pki, None, http2, headers=headers)
     assert identity(response) == (["token-user"], ["team-a", "team-b"])
+    assert ["x-remote-uid", "uid-7"] in response.json()
     assert not [k for k, _ in response.json() if k == "authorization"]
 
 
