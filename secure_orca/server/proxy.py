@@ -1,4 +1,13 @@
-"""Reverse proxy to upstream services (``--proxy PREFIX=URL``), streaming both ways with httpx.
+r"""Reverse proxy to upstream services (``--proxy PREFIX=URL``), streaming both ways with httpx.
+
+A request reaches only its route's upstream, under its prefix. As kube-aggregator's proxy handler does
+(kubernetes/kubernetes 008b3652959ca58af8be3fb5b6ecfe9ae7638282,
+staging/src/k8s.io/kube-aggregator/pkg/apiserver/handler_proxy.go), the upstream URL is built from parts, its
+scheme and host fixed by the route, never by joining strings with the client's path. Where kube forwards
+the decoded path as is, we refuse (400) every raw path whose meaning a URL library or the upstream could
+change: one not starting with ``/``, a ``.`` or ``..`` segment (plain or percent-encoded), an encoded
+``/`` or ``\``, a backslash, and any byte outside RFC 3986's path characters (``#``, space, controls,
+non-ASCII). See ``steered_path``.
 
 Hop-by-hop headers are not forwarded in either direction. The opt-in header never reaches an upstream
 (the middleware removed it before this app runs), and whatever ORCA headers an upstream returns are removed
@@ -8,7 +17,9 @@ by the middleware on the way out.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
+from urllib.parse import unquote_to_bytes
 
 import httpx
 
@@ -33,6 +44,28 @@ HOP_BY_HOP = frozenset(
 )
 
 
+# RFC 3986 path characters: unreserved, sub-delims, ":", "@", "/" and well-formed percent-escapes.
+_PATH = re.compile(rb"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})*")
+_QUERY = re.compile(rb"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})*")
+_ENCODED_SEPARATOR = re.compile(rb"%(?:2[Ff]|5[Cc])")
+BAD_PATH = {"kind": "Status", "status": "Failure", "reason": "BadRequest", "code": 400}
+
+
+def steered_path(raw_path: bytes, prefix: str) -> bytes | None:
+    """``raw_path`` when it stays under ``prefix`` whatever a URL library or the upstream makes of it, else
+    None (pure). Refused: no leading ``/``, characters outside RFC 3986 paths, encoded ``/`` or ``\\``,
+    ``.`` and ``..`` segments (also percent-encoded), and a decoded path outside the prefix."""
+    if not raw_path.startswith(b"/") or not _PATH.fullmatch(raw_path) or _ENCODED_SEPARATOR.search(raw_path):
+        return None
+    decoded = unquote_to_bytes(raw_path)
+    if any(segment in (b".", b"..") for segment in decoded.split(b"/")):
+        return None
+    text = decoded.decode("latin-1")
+    if not (text == prefix or text.startswith(prefix.rstrip("/") + "/")):
+        return None
+    return raw_path
+
+
 def forwardable(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Headers without hop-by-hop fields, including any named in ``Connection``."""
     named = {
@@ -47,7 +80,10 @@ class ProxyApp:
     def __init__(self, routes: Sequence[ProxyRoute], fallback: ASGIApp, timeout: float = 30.0) -> None:
         self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
         self.fallback = fallback
-        self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
+        # No Accept-Encoding of our own: a client that asked for none gets an uncompressed body.
+        identity = {"accept-encoding": "identity"}
+        self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, headers=identity)
+        self.upstreams = {route.prefix: httpx.URL(route.upstream) for route in self.routes}
 
     def route(self, path: str) -> ProxyRoute | None:
         for route in self.routes:
@@ -63,9 +99,17 @@ class ProxyApp:
         await self.forward(route, scope, receive, send)
 
     async def forward(self, route: ProxyRoute, scope: Scope, receive: Receive, send: Send) -> None:
-        url = route.upstream + scope["raw_path"].decode("latin-1")
-        if scope.get("query_string"):
-            url += "?" + scope["query_string"].decode("latin-1")
+        path = steered_path(scope.get("raw_path") or b"", route.prefix)
+        if path is None:
+            await respond_json(send, 400, BAD_PATH)
+            return
+        base = self.upstreams[route.prefix]
+        target = base.raw_path.split(b"?")[0].rstrip(b"/") + path
+        query = scope.get("query_string") or b""
+        if not _QUERY.fullmatch(query):
+            await respond_json(send, 400, BAD_PATH)
+            return
+        url = base.copy_with(raw_path=target + (b"?" + query if query else b""))
 
         async def body() -> AsyncIterator[bytes]:
             while True:
