@@ -9,6 +9,7 @@ policy grants it. The client identity comes from the ASGI TLS extension, ``scope
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,27 +52,58 @@ def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, by
     return kept, len(headers) - len(kept)
 
 
+MAX_CHAIN_CERTS = 8  # a front proxy presents a leaf and a few intermediates; longer chains are refused unverified
+_NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class _Cached:
+    result: FrontProxyResult
+    recheck_at: dt.datetime  # the first moment a certificate of the chain changes validity; verify again then
+
+
 class ChainCache:
-    """Front-proxy results keyed by the presented chain (PEM strings), so a chain is verified at most once
-    per connection however many requests it carries. Bound to one verifier: new CAs mean a new cache."""
+    """Front-proxy results keyed by a digest of the presented chain, so a chain is verified at most once per
+    connection however many requests it carries. Bound to one verifier: new CAs mean a new cache.
+
+    Bounded whatever clients present: at most ``_CACHE_SIZE`` entries of a 32-byte key and a small result
+    (the chain itself is never kept), and a chain of more than ``MAX_CHAIN_CERTS`` certificates is refused
+    without being parsed or verified. A result is reused only until the earliest future notBefore of the
+    presented certificates: a certificate seen before it became valid is verified again once it is."""
 
     def __init__(self, verifier: FrontProxyVerifier) -> None:
         self.verifier = verifier
-        self._results: dict[tuple[str, ...], FrontProxyResult] = {}
+        self._results: dict[bytes, _Cached] = {}
+
+    @staticmethod
+    def key(chain: tuple[str, ...]) -> bytes:
+        digest = hashlib.sha256()
+        for pem in chain:
+            digest.update(pem.encode("latin-1", "replace"))
+            digest.update(b"\0")
+        return digest.digest()
+
+    def _verify(self, chain: tuple[str, ...], now: dt.datetime) -> _Cached:
+        if len(chain) > MAX_CHAIN_CERTS:
+            return _Cached(FrontProxyResult(False, Reason.UNTRUSTED_CA), _NEVER)
+        try:
+            certs = [x509.load_pem_x509_certificate(pem.encode()) for pem in chain]
+        except ValueError:
+            return _Cached(FrontProxyResult(False, Reason.UNTRUSTED_CA), _NEVER)
+        result = self.verifier.verify(certs, now)
+        upcoming = [c.not_valid_before_utc for c in certs if c.not_valid_before_utc > now]
+        return _Cached(result, min(upcoming, default=_NEVER))
 
     def lookup(self, chain: tuple[str, ...], now: dt.datetime) -> FrontProxyResult:
-        result = self._results.get(chain)
-        if result is None:
-            try:
-                certs = [x509.load_pem_x509_certificate(pem.encode()) for pem in chain]
-            except ValueError:
-                result = FrontProxyResult(False, Reason.UNTRUSTED_CA)
-            else:
-                result = self.verifier.verify(certs, now)
+        key = self.key(chain)
+        cached = self._results.get(key)
+        if cached is None or now >= cached.recheck_at:
+            cached = self._verify(chain, now)
+            self._results.pop(key, None)
             if len(self._results) >= _CACHE_SIZE:
                 self._results.pop(next(iter(self._results)))
-            self._results[chain] = result
-        return result
+            self._results[key] = cached
+        return cached.result
 
 
 @dataclass(frozen=True)
