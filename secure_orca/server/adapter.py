@@ -32,6 +32,7 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h11
 from cryptography import x509
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.asyncio.tcp_server import TCPServer
@@ -40,6 +41,7 @@ from hypercorn.config import Config
 from hypercorn.events import RawData
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from hyperframe.frame import GoAwayFrame
 
@@ -187,6 +189,33 @@ class GracefulClose:
         return True
 
 
+def _refuse_malformed_streams(protocol: H2Protocol) -> None:
+    """Reset (PROTOCOL_ERROR) HTTP/2 requests hypercorn cannot turn into a scope: no ``:path`` (a plain
+    CONNECT) or a non-ASCII one. hypercorn 0.18.0 raises on both and the exception ends the whole connection."""
+    create_stream = protocol._create_stream
+    connection = protocol.connection
+
+    async def checked(request: h2.events.RequestReceived) -> None:
+        paths = [value for name, value in request.headers if name == b":path"]
+        if len(paths) != 1 or not paths[0].isascii():
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                connection.reset_stream(request.stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
+        await create_stream(request)
+
+    setattr(protocol, "_create_stream", checked)  # noqa: B010  (this connection's protocol only)
+
+
+def _no_upgrade_to_h2(protocol: H11Protocol) -> None:
+    """Serve ``Upgrade: h2c`` and the cleartext HTTP/2 preface as what they are over TLS: HTTP/1.1 requests
+    (ALPN chose the protocol). hypercorn would answer 101 and switch."""
+
+    async def keep_http1(event: h11.Request) -> None:
+        return None
+
+    setattr(protocol, "_check_protocol", keep_http1)  # noqa: B010  (this connection's protocol only)
+
+
 class TLSAwareTCPServer(TCPServer):
     """hypercorn's per-connection TCPServer, reading the peer certificate once per connection (after the
     handshake), and closing an HTTP/2 connection gracefully as the ``GracefulClose`` table says: a GOAWAY notice,
@@ -215,6 +244,19 @@ class TLSAwareTCPServer(TCPServer):
         self.goaway_last_stream: int | None = None
         self.close_state = GracefulClose()
         self._goaway: asyncio.Task[None] | None = None
+
+    @property
+    def protocol(self) -> ProtocolWrapper:
+        return cast(ProtocolWrapper, self.__dict__["protocol"])
+
+    @protocol.setter
+    def protocol(self, wrapper: ProtocolWrapper) -> None:
+        """hypercorn's ``run`` sets this once per connection, after ALPN: guard the protocol chosen."""
+        self.__dict__["protocol"] = wrapper
+        if isinstance(wrapper.protocol, H2Protocol):
+            _refuse_malformed_streams(wrapper.protocol)
+        elif isinstance(wrapper.protocol, H11Protocol):
+            _no_upgrade_to_h2(wrapper.protocol)
 
     def _h2(self) -> H2Protocol | None:
         """The connection's HTTP/2 protocol, or None (HTTP/1.1, or not started yet)."""

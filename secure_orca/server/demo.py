@@ -64,6 +64,9 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    if scope["type"] != "http":  # a WebSocket: closing before accepting makes the server answer 403
+        await send({"type": "websocket.close", "code": 1008})
+        return
     path = scope["path"]
     headers = _kube_headers()
     if path in ("/healthz", "/livez", "/readyz"):

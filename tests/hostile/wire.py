@@ -40,6 +40,12 @@ class H2Reply:
     body: bytes = b""
     reset: int | None = None
     goaway: bool = False
+    closed: bool = False  # the connection ended before the stream did
+
+    @property
+    def refused(self) -> bool:
+        """Reset, or the connection closed or went away, without a response."""
+        return self.status is None and (self.reset is not None or self.goaway or self.closed)
 
     def header(self, name: str) -> list[str]:
         return [v for n, v in self.headers if n == name]
@@ -62,8 +68,10 @@ def read_stream(sock: ssl.SSLSocket, conn: h2.connection.H2Connection, stream_id
         try:
             data = sock.recv(65536)
         except (TimeoutError, ConnectionError, ssl.SSLError):
+            reply.closed = True
             return reply
         if not data:
+            reply.closed = True
             return reply
         for event in conn.receive_data(data):
             if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream_id:
