@@ -14,6 +14,7 @@ class Recorded:
     """Every request line a backend received: (method, raw target)."""
 
     requests: list[tuple[str, str]] = field(default_factory=list)
+    headers: list[list[tuple[str, str]]] = field(default_factory=list)
 
     @property
     def paths(self) -> list[str]:
@@ -22,7 +23,9 @@ class Recorded:
 
 @contextmanager
 def recording_backend() -> Iterator[tuple[str, Recorded]]:
-    """An HTTP/1.1 backend that answers every request 200 ``backend`` and records its target."""
+    """An HTTP/1.1 backend that records every request's target and headers and answers 200 ``backend``;
+    paths ending in ``/nocontent`` or ``/notmodified`` get a 204 or 304 that (wrongly) carries a
+    content-length, as some backends send."""
     recorded = Recorded()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -30,13 +33,29 @@ def recording_backend() -> Iterator[tuple[str, Recorded]]:
 
         def answer(self) -> None:
             recorded.requests.append((self.command, self.path))
-            length = int(self.headers.get("content-length") or 0)
-            if length:
-                self.rfile.read(length)
+            recorded.headers.append(list(self.headers.items()))
+            self.read_body()
+            for suffix, status in (("/nocontent", 204), ("/notmodified", 304)):
+                if self.path.endswith(suffix):
+                    self.send_response(status)
+                    self.send_header("content-length", "0" if status == 204 else "7")
+                    self.end_headers()
+                    return
             self.send_response(200)
             self.send_header("content-length", "7")
             self.end_headers()
             self.wfile.write(b"backend")
+
+        def read_body(self) -> None:
+            if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    self.rfile.read(size + 2)
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return
+            length = int(self.headers.get("content-length") or 0)
+            if length:
+                self.rfile.read(length)
 
         do_GET = do_POST = do_PUT = do_DELETE = answer
 

@@ -61,37 +61,48 @@ def h2_client() -> h2.connection.H2Connection:
     return conn
 
 
-def read_stream(sock: ssl.SSLSocket, conn: h2.connection.H2Connection, stream_id: int) -> H2Reply:
-    """Read until ``stream_id`` ends, is reset, or the connection closes."""
-    reply = H2Reply()
-    while True:
+def read_streams(sock: ssl.SSLSocket, conn: h2.connection.H2Connection, stream_ids: list[int]) -> dict[int, H2Reply]:
+    """Read until every stream of ``stream_ids`` ends or is reset, or the connection closes."""
+    replies = {stream_id: H2Reply() for stream_id in stream_ids}
+    open_ids = set(stream_ids)
+    while open_ids:
         try:
             data = sock.recv(65536)
         except (TimeoutError, ConnectionError, ssl.SSLError):
-            reply.closed = True
-            return reply
+            data = b""
         if not data:
-            reply.closed = True
-            return reply
+            for stream_id in open_ids:
+                replies[stream_id].closed = True
+            break
         for event in conn.receive_data(data):
-            if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream_id:
+            reply = replies.get(getattr(event, "stream_id", 0))
+            if isinstance(event, h2.events.ConnectionTerminated):
+                for stream_id in open_ids:
+                    replies[stream_id].goaway = True
+                open_ids.clear()
+            elif reply is None:
+                continue
+            elif isinstance(event, h2.events.ResponseReceived):
                 for name, value in event.headers:
                     if name == ":status":
                         reply.status = int(value)
                     else:
                         reply.headers.append((str(name), str(value)))
-            elif isinstance(event, h2.events.DataReceived) and event.stream_id == stream_id:
+            elif isinstance(event, h2.events.DataReceived):
                 reply.body += event.data
-                conn.acknowledge_received_data(event.flow_controlled_length, stream_id)
-            elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream_id:
+                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
                 reply.reset = int(event.error_code)
-                return reply
-            elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream_id:
-                return reply
-            elif isinstance(event, h2.events.ConnectionTerminated):
-                reply.goaway = True
-                return reply
+                open_ids.discard(event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                open_ids.discard(event.stream_id)
         sock.sendall(conn.data_to_send())
+    return replies
+
+
+def read_stream(sock: ssl.SSLSocket, conn: h2.connection.H2Connection, stream_id: int) -> H2Reply:
+    """Read until ``stream_id`` ends, is reset, or the connection closes."""
+    return read_streams(sock, conn, [stream_id])[stream_id]
 
 
 def h2_request(
