@@ -47,6 +47,7 @@ class ServeConfig:
     goaway_chance: float = 0.0
     metrics_address: str = ""
     reload_interval: float = 1.0
+    demo_work: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -183,6 +184,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         goaway_chance=args.goaway_chance,
         metrics_address=args.metrics_bind_address,
         reload_interval=reload_interval,
+        demo_work=bool(getattr(args, "demo_work", False)),
         notes=notes,
     )
 
