@@ -46,9 +46,15 @@ class ConnectionMemo:
         self.last: tuple[bytes, bytes] | None = None
 
 
+def _dashed(name: bytes) -> bytes:
+    """A header name as a server that maps ``_`` to ``-`` (CGI, WSGI, some proxies) would read it."""
+    return name.lower().replace(b"_", b"-")
+
+
 def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
-    """Headers without ORCA fields (names compared case-insensitively), and how many were removed."""
-    kept = [h for h in headers if h[0].lower() not in _ORCA]
+    """Headers without ORCA fields (names compared case-insensitively, ``_`` read as ``-``), and how many
+    were removed."""
+    kept = [h for h in headers if _dashed(h[0]) not in _ORCA]
     return kept, len(headers) - len(kept)
 
 
@@ -174,8 +180,8 @@ class LoadReportMiddleware:
             return
         headers = scope["headers"]
         optin_values = [value for name, value in headers if name.lower() == OPTIN]
-        if optin_values:
-            scope = dict(scope, headers=[h for h in headers if h[0].lower() != OPTIN])
+        if any(_dashed(name) == OPTIN for name, _ in headers):  # the underscore spelling never opts in, never passes
+            scope = dict(scope, headers=[h for h in headers if _dashed(h[0]) != OPTIN])
         granted = NO_OPT_IN
         if optin_values:
             granted = self.decide(scope, optin_values)
@@ -196,7 +202,7 @@ class LoadReportMiddleware:
                     header = self.sampler.header
                     if granted.attach and header is not None and self._fresh(scope, header):
                         attach = header
-                if attach is not None or any(name.lower() in _ORCA for name, _ in headers):
+                if attach is not None or any(_dashed(name) in _ORCA for name, _ in headers):
                     kept, removed = strip_orca(list(headers))
                     if removed and self.on_stripped is not None:
                         self.on_stripped(removed)
