@@ -330,6 +330,10 @@ def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SS
             context.load_verify_locations(cafile=str(ca))
         context.verify_mode = ssl.CERT_OPTIONAL
         context.verify_flags |= _NO_CHECK_TIME
+        # No resumption where client certificates count: a resumed session gives back the leaf without the
+        # intermediates, so a front proxy chaining through one would lose its grant (TLS 1.2 and 1.3).
+        context.options |= ssl.OP_NO_TICKET
+        context.num_tickets = 0
     else:
         context.verify_mode = ssl.CERT_NONE
     return context
