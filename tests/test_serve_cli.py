@@ -107,6 +107,12 @@ CASES = [
 ]  # fmt: skip
 
 
+def test_every_bad_case_is_run(dev_pki, tmp_path, busy_port) -> None:  # type: ignore[no-untyped-def]
+    """CASES parametrizes the test below; a case added to ``bad_cases`` but not to CASES would never run."""
+    assert sorted(CASES) == sorted(bad_cases(dev_pki, tmp_path, busy_port))
+    assert len(set(CASES)) == len(CASES)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_line_exit_2(dev_pki, tmp_path, busy_port, case) -> None:  # type: ignore[no-untyped-def]
     import re
