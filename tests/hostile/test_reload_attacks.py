@@ -7,13 +7,18 @@ is seen), and a FIFO in place of a file never freezes the server.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import re
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from secure_orca import pki
 
@@ -106,3 +111,71 @@ def test_fifo_in_place_of_a_credential_file_never_freezes_the_server(rig: Rig) -
     finally:  # a server stuck opening the FIFO (the bug) gets its end of file, so the test can finish
         with contextlib.suppress(OSError):
             os.close(os.open(names, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_stuck_read_never_blocks_the_loop_nor_doubles(dev_pki: pki.DevPKI, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A credential file on a filesystem that hangs: the poll gives up after its timeout (logged once), the
+    event loop keeps running, and no second reader starts while the first is stuck."""
+    from secure_orca.authz.policy import Policy
+    from secure_orca.server import reload
+    from secure_orca.server.adapter import make_server_context
+    from secure_orca.server.middleware import Authority, LoadReportMiddleware
+    from secure_orca.server.sampler import Sampler
+
+    files = reload.TrustFiles(cert=dev_pki.cert("server"), key=dev_pki.key("server"))
+    middleware = LoadReportMiddleware(
+        lambda *_: asyncio.sleep(0), enabled=True, authority=Authority(Policy(frozenset())), sampler=Sampler()
+    )
+    reloader = reload.Reloader(files, make_server_context(files.cert, files.key, []), middleware, frozenset(),
+                               read_timeout=0.2)  # fmt: skip
+    release, readers = threading.Event(), []
+    real_read = reload.read_credential
+
+    def hanging_read(path: Path, flag: str) -> object:
+        readers.append(threading.current_thread().name)
+        release.wait(10)
+        return real_read(path, flag)
+
+    monkeypatch.setattr(reload, "read_credential", hanging_read)
+
+    async def scenario() -> int:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        running = asyncio.create_task(ticker())
+        assert await reloader.poll() == []  # gave up after read_timeout
+        assert await reloader.poll() == []  # still stuck: waited for, not doubled
+        release.set()
+        await asyncio.sleep(0.1)
+        await reloader.poll()  # the stuck read finished meanwhile; its result is used
+        running.cancel()
+        return ticks
+
+    with caplog_errors() as errors:
+        ticks = asyncio.run(scenario())
+    assert ticks >= 10  # the loop ran all along
+    assert len(set(readers)) == 1 and len(readers) == 2  # one thread read both files of the serving pair
+    assert sum("takes over" in message for message in errors) == 1
+
+
+@contextlib.contextmanager
+def caplog_errors() -> Iterator[list[str]]:
+    """ERROR lines of the reload logger while the block runs."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Collect(level=logging.ERROR)
+    logger = logging.getLogger("secure_orca.reload")
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
