@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,23 +39,34 @@ ATTACH_MODES = ("every-response", "once-per-sample")
 
 class ConnectionMemo:
     """Per-connection memory (the server puts one in every request scope of a connection): the report tuple
-    last attached on it, so ``once-per-sample`` can skip repeats that HPACK would still pay for."""
+    last attached on it, so ``once-per-sample`` can skip repeats that HPACK would still pay for, and the digest
+    of its client chain, so the chain is hashed once per connection, not per request."""
 
-    __slots__ = ("last",)
+    __slots__ = ("chain_key", "last")
 
     def __init__(self) -> None:
         self.last: tuple[bytes, bytes] | None = None
+        self.chain_key: bytes | None = None  # ChainCache.key of the connection's client chain, computed once
 
 
-def _dashed(name: bytes) -> bytes:
-    """A header name as a server that maps ``_`` to ``-`` (CGI, WSGI, some proxies) would read it."""
-    return name.lower().replace(b"_", b"-")
+def spellings(name: bytes) -> frozenset[bytes]:
+    """``name`` with each ``-`` kept or written ``_``: how a server that maps ``_`` to ``-`` (CGI, WSGI, some
+    proxies) could read a header. Precomputed, so the request path pays one set lookup per header."""
+    parts = name.split(b"-")
+    return frozenset(
+        parts[0] + b"".join(sep + part for sep, part in zip(seps, parts[1:], strict=True))
+        for seps in itertools.product((b"-", b"_"), repeat=len(parts) - 1)
+    )
+
+
+_OPTIN_SPELLINGS = spellings(OPTIN)
+_ORCA_SPELLINGS = frozenset().union(*(spellings(name) for name in _ORCA))
 
 
 def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
     """Headers without ORCA fields (names compared case-insensitively, ``_`` read as ``-``), and how many
     were removed."""
-    kept = [h for h in headers if _dashed(h[0]) not in _ORCA]
+    kept = [h for h in headers if h[0].lower() not in _ORCA_SPELLINGS]
     return kept, len(headers) - len(kept)
 
 
@@ -100,8 +112,9 @@ class ChainCache:
         upcoming = [c.not_valid_before_utc for c in certs if c.not_valid_before_utc > now]
         return _Cached(result, min(upcoming, default=_NEVER))
 
-    def lookup(self, chain: tuple[str, ...], now: dt.datetime) -> FrontProxyResult:
-        key = self.key(chain)
+    def lookup(self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None) -> FrontProxyResult:
+        """The result for ``chain``; ``key`` is ``key(chain)`` when the caller has it already."""
+        key = key if key is not None else self.key(chain)
         cached = self._results.get(key)
         if cached is None or now >= cached.recheck_at:
             cached = self._verify(chain, now)
@@ -159,7 +172,15 @@ class LoadReportMiddleware:
         now = dt.datetime.now(dt.UTC)
         tls = scope.get("extensions", {}).get("tls") or {}
         chain = tls.get("client_cert_chain")
-        identity = authority.chains.lookup(tuple(chain), now) if chain and authority.chains else NO_CERTIFICATE
+        identity = NO_CERTIFICATE
+        if chain and authority.chains:
+            memo = scope.get("extensions", {}).get(CONNECTION_KEY)
+            key = memo.chain_key if memo is not None else None
+            if key is None:  # once per connection: the chain of a connection never changes
+                key = ChainCache.key(tuple(chain))
+                if memo is not None:
+                    memo.chain_key = key
+            identity = authority.chains.lookup(tuple(chain), now, key)
         return authority.policy.decide(optin_values, identity, now)
 
     def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
@@ -179,9 +200,10 @@ class LoadReportMiddleware:
             await self.app(scope, receive, send)
             return
         headers = scope["headers"]
-        optin_values = [value for name, value in headers if name.lower() == OPTIN]
-        if any(_dashed(name) == OPTIN for name, _ in headers):  # the underscore spelling never opts in, never passes
-            scope = dict(scope, headers=[h for h in headers if _dashed(h[0]) != OPTIN])
+        found = [(name.lower(), value) for name, value in headers if name.lower() in _OPTIN_SPELLINGS]
+        optin_values = [value for name, value in found if name == OPTIN]  # other spellings never opt in
+        if found:  # ... and no spelling ever reaches the application
+            scope = dict(scope, headers=[h for h in headers if h[0].lower() not in _OPTIN_SPELLINGS])
         granted = NO_OPT_IN
         if optin_values:
             granted = self.decide(scope, optin_values)
@@ -202,7 +224,7 @@ class LoadReportMiddleware:
                     header = self.sampler.header
                     if granted.attach and header is not None and self._fresh(scope, header):
                         attach = header
-                if attach is not None or any(_dashed(name) in _ORCA for name, _ in headers):
+                if attach is not None or any(name.lower() in _ORCA_SPELLINGS for name, _ in headers):
                     kept, removed = strip_orca(list(headers))
                     if removed and self.on_stripped is not None:
                         self.on_stripped(removed)
