@@ -18,6 +18,7 @@ from secure_orca.orca.headers import REPORT as REPORT_HEADER
 from secure_orca.server import demo
 from secure_orca.server.assembly import build_app
 from secure_orca.server.config import ServeConfig, build_config
+from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 from secure_orca.server.sampler import Sampler
 
 from .common import BenchError, BenchPKI, Identity, Spread, markdown_table, parse_serve_flags, rotated
@@ -66,7 +67,7 @@ def make_scope(identity: Identity) -> Scope:
         "headers": headers,
         "client": ("127.0.0.1", 40000),
         "server": ("127.0.0.1", 6443),
-        "extensions": {"tls": tls},
+        "extensions": {"tls": tls, CONNECTION_KEY: ConnectionMemo()},  # as the server's adapter puts them
     }
 
 

@@ -8,10 +8,12 @@ For development and tests only: keys are written unencrypted.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import os
 import secrets
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,14 +191,21 @@ def generate(root: Path, force: bool = False) -> DevPKI:
         contents[pki.cert(role)] = (item.cert_pem(), 0o644)
         contents[pki.key(role)] = (item.key_pem(), 0o600)
     root.mkdir(parents=True, exist_ok=True)
-    for path, (data, mode) in contents.items():
-        tmp = path.with_name(f".{path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-    for path in contents:
-        os.replace(path.with_name(f".{path.name}.tmp"), path)
+    staged: dict[Path, str] = {}
+    try:
+        for path, (data, mode) in contents.items():
+            # mkstemp: an unpredictable name opened with O_EXCL (never a planted file or symlink), mode 0600
+            fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{path.name}.", suffix=".tmp")
+            staged[path] = tmp
+            with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), mode)
+                handle.write(data)
+        for path, tmp in staged.items():
+            os.replace(tmp, path)
+    finally:
+        for tmp in staged.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
     return pki
 
 

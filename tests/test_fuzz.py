@@ -7,7 +7,7 @@ import datetime as dt
 import math
 import sys
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from secure_orca.authz.frontproxy import NO_CERTIFICATE
@@ -72,19 +72,59 @@ def test_opt_in_parser_never_crashes_and_never_echoes(values: list[bytes]) -> No
     assert parsed.format == "TEXT" and len(values) == 1
 
 
-@given(st.lists(header_bytes, min_size=1, max_size=3))
+def _granting(values: list[bytes]) -> bool:
+    """The oracle: one well-formed opt-in whose secret is exactly SECRET."""
+    try:
+        return parse(values).secret == SECRET
+    except OptInError:
+        return False
+
+
+# Opt-ins around the real secret (spacing, case of the format, other parameters, duplicates, suffixes), so the
+# granting branch runs as often as the refusing one.
+_SPACE = st.sampled_from(["", " ", "  ", "\t"])
+secret_opt_ins = st.builds(
+    lambda fmt, s1, s2, extra, secret: f"{fmt};{s1}secret={secret}{s2}{extra}".encode(),
+    st.sampled_from(["TEXT", "TEXT", "TEXT", "text", "JSON", ""]),
+    _SPACE,
+    _SPACE,
+    st.sampled_from(["", "", "", "; foo=bar", ";", ",TEXT"]),
+    st.sampled_from([SECRET, SECRET, SECRET, SECRET + "x", SECRET[:-1], SECRET.upper()]),
+)
+
+
+@given(secret_opt_ins.map(lambda v: [v]) | st.lists(header_bytes | secret_opt_ins, min_size=1, max_size=3))
 def test_only_the_exact_secret_grants(values: list[bytes]) -> None:
     decision = POLICY.decide(values, NO_CERTIFICATE, NOW)
+    event(f"granted={decision.attach}")  # --hypothesis-show-statistics shows both branches running
+    assert decision.attach == _granting(values), (values, decision)
     if decision.attach:
         assert decision.reason == "shared-secret" and len(values) == 1
-        assert parse(values).secret == SECRET
     assert SECRET not in decision.reason
 
 
-@given(st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=0, max_size=60))
-def test_near_secrets_never_grant(guess: str) -> None:
-    if guess != SECRET:
-        assert not POLICY.decide([f"TEXT; secret={guess}".encode()], NO_CERTIFICATE, NOW).attach
+def _near(secret: str, edit: str, index: int, char: str) -> str:
+    """``secret`` with one edit at ``index``: a character replaced, deleted or inserted, cut there, or extended."""
+    i = index % (len(secret) + 1)
+    return {
+        "replace": secret[:i] + char + secret[i + 1 :],
+        "delete": secret[:i] + secret[i + 1 :],
+        "insert": secret[:i] + char + secret[i:],
+        "truncate": secret[:i],
+        "extend": secret + char * (index % 3 + 1),
+        "swapcase": secret[:i] + secret[i:].swapcase(),
+    }[edit]
+
+
+_EDITS = ["replace", "delete", "insert", "truncate", "extend", "swapcase"]
+_SECRET_CHAR = st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=",;\"")
+
+
+@given(st.sampled_from(_EDITS), st.integers(min_value=0, max_value=200), _SECRET_CHAR)
+def test_near_secrets_never_grant(edit: str, index: int, char: str) -> None:
+    guess = _near(SECRET, edit, index, char)
+    granted = POLICY.decide([f"TEXT; secret={guess}".encode()], NO_CERTIFICATE, NOW).attach
+    assert granted == (guess == SECRET), guess
 
 
 if __name__ == "__main__":

@@ -100,14 +100,14 @@ def test_secret_rotation_and_a_refused_empty_file(rig: Rig) -> None:
         replace(secret_file, f"{new}\n".encode())  # step 2: old secret retired
         eventually(lambda: not rig.report(http, f"TEXT; secret={old}"), "old secret refused")
         replace(secret_file, b"")  # a broken rotation: refused, the last good content stays
-        eventually(lambda: "reload of --requestheader-client-ca-file refused" in rig.log(), "refusal logged")
+        eventually(lambda: "reload of --endpoint-load-metrics-secret-file refused" in rig.log(), "refusal logged")
         assert rig.report(http, f"TEXT; secret={new}")
         replace(secret_file, f"{new}\n".encode(), 0o644)  # world-readable: refused too
         eventually(lambda: rig.log().count("refused, keeping the last good content") >= 2, "second refusal")
         assert rig.report(http, f"TEXT; secret={new}")
     assert old not in rig.log() and new not in rig.log()
     metrics = rig.metrics()
-    assert re.search(r'secure_orca_credential_reloads_total\{flag="--requestheader-client-ca-file",'
+    assert re.search(r'secure_orca_credential_reloads_total\{flag="--endpoint-load-metrics-secret-file",'
                      r'result="failure"\} 2\.0', metrics)  # fmt: skip
     assert re.search(r'secure_orca_load_reports_total\{reason="secret",result="refused"\} [1-9]', metrics)
     assert re.search(r'secure_orca_load_reports_total\{reason="shared-secret",result="attached"\} [1-9]', metrics)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -49,6 +50,9 @@ def bad_cases(p: pki.DevPKI, tmp: Path, busy_port: int) -> dict[str, tuple[list[
     garbage = write(tmp / "garbage.crt", b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
     empty_secret = write(tmp / "empty-secret", b"\n")
     open_secret = write(tmp / "open-secret", pki.new_secret().encode(), 0o644)
+    no_names = write(tmp / "no-names", b"# nobody\n\n")
+    fifo = tmp / "fifo-secret"
+    os.mkfifo(fifo)
     gate = ["--feature-gates", "RequestCostAggregation=true"]
     fp = [*gate, "--enable-endpoint-load-metrics"]
     return {
@@ -86,6 +90,11 @@ def bad_cases(p: pki.DevPKI, tmp: Path, busy_port: int) -> dict[str, tuple[list[
         "names twice": ([*base(p), "--requestheader-allowed-names", "a", "--requestheader-allowed-names-file",
                          str(tmp / "names")], "give either it or --requestheader-allowed-names"),
         "bad decimals": ([*base(p), "--endpoint-load-metrics-decimals", "13"], "between 0 and 12"),
+        "empty names file": ([*base(p), *fp, "--requestheader-client-ca-file", str(p.cert("front_proxy_ca")),
+                              "--requestheader-allowed-names-file", no_names],
+                             "--requestheader-allowed-names-file: .* names no one"),
+        "FIFO secret file": ([*base(p), *fp, "--endpoint-load-metrics-secret-file", str(fifo)],
+                             "--endpoint-load-metrics-secret-file: .* not a regular file"),
     }  # fmt: skip
 
 
@@ -94,8 +103,14 @@ CASES = [
     "world-readable secret", "unknown gate", "bad duration", "interval too short", "unknown mode",
     "flag without gate", "no usable material", "shared CA, no names", "port in use", "bad port", "bad proxy",
     "bad proxy timeout", "goaway chance too high", "bad reload interval", "bad metrics address", "names twice",
-    "bad decimals",
+    "bad decimals", "empty names file", "FIFO secret file",
 ]  # fmt: skip
+
+
+def test_every_bad_case_is_run(dev_pki, tmp_path, busy_port) -> None:  # type: ignore[no-untyped-def]
+    """CASES parametrizes the test below; a case added to ``bad_cases`` but not to CASES would never run."""
+    assert sorted(CASES) == sorted(bad_cases(dev_pki, tmp_path, busy_port))
+    assert len(set(CASES)) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)

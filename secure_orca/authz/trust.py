@@ -5,9 +5,12 @@ Errors say which file and which check failed, never the file's content.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import ssl
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -17,20 +20,60 @@ from secure_orca.errors import CredentialError
 from secure_orca.orca.optin import SECRET_CHARS
 
 MIN_SECRET_LENGTH = 16
+MAX_CREDENTIAL_BYTES = 1 << 20  # far above any certificate bundle or secret list; bounds a reload's memory
 _SECRET = re.compile(f"{SECRET_CHARS}+")
 
 
+@dataclass(frozen=True)
+class FileContent:
+    """A credential file's bytes and the identity and mode of the very file they were read from."""
+
+    data: bytes
+    device: int
+    inode: int
+    mode: int
+    owner: int
+
+    @property
+    def fingerprint(self) -> tuple[int, int, int, int, bytes]:
+        """What a reload compares: identity, mode, owner and content."""
+        return (self.device, self.inode, self.mode, self.owner, hashlib.sha256(self.data).digest())
+
+
+def read_credential(path: Path, flag: str) -> FileContent:
+    """Read a regular file of at most MAX_CREDENTIAL_BYTES. A FIFO, device or socket is refused without
+    reading (opened non-blocking, checked with fstat on the open descriptor), so it cannot stall the reader."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise CredentialError(flag, f"{path}: no such file") from None
+    except OSError as error:
+        raise CredentialError(flag, f"{path}: cannot read ({error.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise CredentialError(flag, f"{path}: is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise CredentialError(flag, f"{path}: is not a regular file")
+        if info.st_size > MAX_CREDENTIAL_BYTES:
+            raise CredentialError(flag, f"{path}: larger than {MAX_CREDENTIAL_BYTES} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_CREDENTIAL_BYTES:
+                raise CredentialError(flag, f"{path}: larger than {MAX_CREDENTIAL_BYTES} bytes")
+    except OSError as error:
+        raise CredentialError(flag, f"{path}: cannot read ({error.strerror})") from None
+    finally:
+        os.close(fd)
+    return FileContent(b"".join(chunks), info.st_dev, info.st_ino, stat.S_IMODE(info.st_mode), info.st_uid)
 
 
 def read_file(path: Path, flag: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise CredentialError(flag, f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise CredentialError(flag, f"{path}: is a directory") from None
-    except OSError as error:
-        raise CredentialError(flag, f"{path}: cannot read ({error.strerror})") from None
+    """The bytes of a regular credential file (see ``read_credential``)."""
+    return read_credential(path, flag).data
 
 
 def parse_cert_bundle(data: bytes, flag: str, path: Path) -> list[x509.Certificate]:
@@ -80,18 +123,26 @@ def parse_secrets(data: bytes, flag: str, path: Path) -> list[str]:
     return secrets
 
 
+def private_data(content: FileContent, flag: str, path: Path) -> bytes:
+    """The bytes of a file already read, refusing one that other users can read (mode of the same file)."""
+    if content.mode & stat.S_IROTH:
+        raise CredentialError(flag, f"{path}: is world-readable (mode {content.mode:04o}); chmod o-r it")
+    return content.data
+
+
+def check_secret_file(content: FileContent, flag: str, path: Path) -> list[str]:
+    """The secrets of a file already read, refusing one that other users can read."""
+    return parse_secrets(private_data(content, flag, path), flag, path)
+
+
 def read_private_file(path: Path, flag: str) -> bytes:
-    """Read a file of secrets, refusing one that other users can read."""
-    data = read_file(path, flag)
-    mode = path.stat().st_mode
-    if mode & stat.S_IROTH:
-        raise CredentialError(flag, f"{path}: is world-readable (mode {stat.S_IMODE(mode):04o}); chmod o-r it")
-    return data
+    """Read a file of secrets (tokens, shared secrets), refusing one that other users can read."""
+    return private_data(read_credential(path, flag), flag, path)
 
 
 def load_secrets(path: Path, flag: str) -> list[str]:
     """Read a secret file, refusing one that other users can read."""
-    return parse_secrets(read_private_file(path, flag), flag, path)
+    return check_secret_file(read_credential(path, flag), flag, path)
 
 
 def check_key_pair(

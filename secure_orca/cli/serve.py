@@ -22,7 +22,7 @@ from secure_orca.orca.report import DEFAULT_DECIMALS
 from secure_orca.server.adapter import bind_address
 from secure_orca.server.assembly import Server
 from secure_orca.server.config import GATE, build_config
-from secure_orca.server.metrics import parse_address
+from secure_orca.server.metrics import is_loopback, parse_address
 from secure_orca.server.middleware import ATTACH_MODES
 
 log = logging.getLogger("secure_orca.serve")
@@ -130,6 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--metrics-bind-address", default="", help="serve Prometheus /metrics on HOST:PORT (off by default)")
     a("--credential-reload-interval", default="1s", help="how often credential files are re-read (default 1s)")
     a(
+        "--demo-work",
+        action="store_true",
+        help="serve /work?cpu_ms=N (0-1000) on the demo backend: any client can then add CPU load, which moves "
+        "the load report; for experiments only",
+    )
+    a(
         "--certs-dir",
         type=Path,
         default=Path("certs"),
@@ -155,7 +161,14 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--metrics-bind-address: cannot listen on {config.metrics_address}: {error.strerror}"
             ) from None
-        log.info("metrics on http://%s/metrics", bind_address(parse_address(config.metrics_address)[0], port))
+        host = parse_address(config.metrics_address)[0]
+        log.info("metrics on http://%s/metrics", bind_address(host, port))
+        if not is_loopback(host):
+            log.warning(
+                "--metrics-bind-address %s is not a loopback address: /metrics has no authentication, and anyone "
+                "who reaches it reads every load value at full precision",
+                host,
+            )
 
     async def main() -> None:
         stop = asyncio.Event()

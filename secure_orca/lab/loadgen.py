@@ -96,12 +96,18 @@ def h2load_path() -> str:
     return found
 
 
+_built_shims: dict[Path | None, Path] = {}
+
+
 def build_shim(directory: Path | None = None) -> Path:
-    """Compile the client-certificate shim (once per directory)."""
-    directory = directory or Path(tempfile.gettempdir()) / "secure-orca-shim"
+    """Compile the client-certificate shim (once per process and directory). By default into a private
+    directory made for this process (mkdtemp: mode 0700, unpredictable name): a shared, fixed directory would
+    let any local user plant the library that gets preloaded into h2load."""
+    requested = directory
+    if requested in _built_shims and _built_shims[requested].exists():
+        return _built_shims[requested]
+    directory = requested or Path(tempfile.mkdtemp(prefix="secure-orca-shim-"))
     target = directory / "h2load_client_cert.so"
-    if target.exists() and target.stat().st_mtime >= SHIM_SOURCE.stat().st_mtime:
-        return target
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise LoadError("no C compiler: cannot build the h2load client-certificate shim")
@@ -112,6 +118,7 @@ def build_shim(directory: Path | None = None) -> Path:
         capture_output=True,
         timeout=60,
     )
+    _built_shims[requested] = target
     return target
 
 

@@ -105,8 +105,11 @@ class Replica:
         return f"https://{self.host}:{self.port}"
 
 
-def serve_argv(pki: DevPKI, extra: Sequence[str] = (), *, host: str = "127.0.0.1", port: int = 0) -> list[str]:
-    """Arguments of a replica that uses ``pki`` with the feature on (modes and material from ``extra``)."""
+def serve_argv(
+    pki: DevPKI, extra: Sequence[str] = (), *, host: str = "127.0.0.1", port: int = 0, demo_work: bool = True
+) -> list[str]:
+    """Arguments of a replica that uses ``pki`` with the feature on (modes and material from ``extra``); lab
+    replicas serve the demo's /work load generator unless ``demo_work`` is False."""
     return [
         sys.executable,
         "-m",
@@ -124,6 +127,7 @@ def serve_argv(pki: DevPKI, extra: Sequence[str] = (), *, host: str = "127.0.0.1
         str(pki.cert("client_ca")),
         # The lab's load balancers and load generators act as the front proxy without naming users.
         "--requestheader-missing-user=anonymous",
+        *(["--demo-work"] if demo_work else []),
         *extra,
     ]
 

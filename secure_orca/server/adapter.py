@@ -51,6 +51,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.stream
+import h11
 from cryptography import x509
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.asyncio.tcp_server import TCPServer
@@ -59,6 +60,7 @@ from hypercorn.config import Config
 from hypercorn.events import Event, RawData
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from hyperframe.frame import GoAwayFrame
 
@@ -263,6 +265,36 @@ class GracefulClose:
         return True
 
 
+def _refuse_malformed_streams(protocol: H2Protocol) -> None:
+    """Reset (PROTOCOL_ERROR) HTTP/2 requests hypercorn cannot turn into a scope: no ``:path`` (a plain
+    CONNECT) or a non-ASCII one. hypercorn 0.18.0 raises on both and the exception ends the whole connection."""
+    if protocol.__dict__.get("_malformed_stream_guard"):
+        return
+    protocol.__dict__["_malformed_stream_guard"] = True
+    create_stream = protocol._create_stream
+    connection = protocol.connection
+
+    async def checked(request: h2.events.RequestReceived) -> None:
+        paths = [value for name, value in request.headers if name == b":path"]
+        if len(paths) != 1 or not paths[0].isascii():
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                connection.reset_stream(request.stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
+        await create_stream(request)
+
+    setattr(protocol, "_create_stream", checked)  # noqa: B010  (this connection's protocol only)
+
+
+def _no_upgrade_to_h2(protocol: H11Protocol) -> None:
+    """Serve ``Upgrade: h2c`` and the cleartext HTTP/2 preface as what they are over TLS: HTTP/1.1 requests
+    (ALPN chose the protocol). hypercorn would answer 101 and switch."""
+
+    async def keep_http1(event: h11.Request) -> None:
+        return None
+
+    setattr(protocol, "_check_protocol", keep_http1)  # noqa: B010  (this connection's protocol only)
+
+
 class TLSAwareTCPServer(TCPServer):
     """hypercorn's per-connection TCPServer, reading the peer certificate once per connection (after the
     handshake), and closing an HTTP/2 connection gracefully as the ``GracefulClose`` table says: a GOAWAY notice,
@@ -298,13 +330,16 @@ class TLSAwareTCPServer(TCPServer):
 
     @protocol.setter
     def protocol(self, wrapper: ProtocolWrapper) -> None:
-        """hypercorn's TCPServer.run sets the connection's ProtocolWrapper here; every HTTP/2 protocol it holds
-        (chosen by ALPN, or later when a client assumes h2) gets ``guard_early_responses`` before it handles
-        data."""
+        """hypercorn's TCPServer.run sets the connection's ProtocolWrapper here, after ALPN. HTTP/1.1 is kept from
+        switching to HTTP/2 over TLS; every HTTP/2 protocol the wrapper holds gets the early-response and
+        malformed-stream guards before it handles data."""
+        if isinstance(wrapper.protocol, H11Protocol):
+            _no_upgrade_to_h2(wrapper.protocol)
         handle = wrapper.handle
 
         async def guarded_handle(event: Event) -> None:
             if isinstance(wrapper.protocol, H2Protocol):
+                _refuse_malformed_streams(wrapper.protocol)
                 guard_early_responses(wrapper.protocol)
             await handle(event)
 
@@ -391,6 +426,10 @@ def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SS
             context.load_verify_locations(cadata=b"".join(anchors))
         context.verify_mode = ssl.CERT_OPTIONAL
         context.verify_flags |= _NO_CHECK_TIME | ssl.VERIFY_X509_PARTIAL_CHAIN
+        # No resumption where client certificates count: a resumed session gives back the leaf without the
+        # intermediates, so a front proxy chaining through one would lose its grant (TLS 1.2 and 1.3).
+        context.options |= ssl.OP_NO_TICKET
+        context.num_tickets = 0
     else:
         context.verify_mode = ssl.CERT_NONE
     return context

@@ -15,9 +15,17 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 
+NO_BODY_STATUSES = frozenset({204, 304})
+
+
 async def respond(send: Send, status: int, body: bytes, headers: Headers) -> None:
-    """Send a whole response (headers with content-length, then the body)."""
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    """Send a whole response (headers with content-length, then the body); 204 and 304 carry neither
+    (RFC 9110 sections 8.6 and 15.4.5)."""
+    if status in NO_BODY_STATUSES:
+        body = b""
+        headers = [h for h in headers if h[0].lower() != b"content-type"]
+    else:
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

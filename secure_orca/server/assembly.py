@@ -81,10 +81,11 @@ def verifications(app: LoadReportMiddleware) -> int:
 
 def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddleware, ProxyApp | None]:
     """The middleware around the demo backend (or the proxy in front of it)."""
-    inner: ASGIApp = demo.app
+    backend: ASGIApp = demo.with_work(demo.app) if config.demo_work else demo.app
+    inner = backend
     proxy = None
     if config.routes:
-        proxy = ProxyApp(config.routes, demo.app, config.proxy_timeout, client_cert=config.proxy_client)
+        proxy = ProxyApp(config.routes, backend, config.proxy_timeout, client_cert=config.proxy_client)
         inner = proxy
     clients = ChainCache(config.client_verifier) if config.client_verifier is not None else None
     authenticated = AuthenticationMiddleware(inner, config.authentication, lambda: middleware.authority.chains, clients)

@@ -59,6 +59,7 @@ class ServeConfig:
     goaway_chance: float = 0.0
     metrics_address: str = ""
     reload_interval: float = 1.0
+    demo_work: bool = False
     notes: list[str] = field(default_factory=list)
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
     client_verifier: FrontProxyVerifier | None = None  # --client-ca-file, for the x509 authenticator
@@ -247,6 +248,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         goaway_chance=args.goaway_chance,
         metrics_address=args.metrics_bind_address,
         reload_interval=reload_interval,
+        demo_work=bool(getattr(args, "demo_work", False)),
         notes=notes,
         authentication=authentication,
         client_verifier=FrontProxyVerifier(client_cas) if client_cas else None,

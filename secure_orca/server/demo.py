@@ -1,20 +1,24 @@
 """A small kube-apiserver look-alike backend for experiments: discovery and health endpoints with kube's
-response headers, and ``/work?cpu_ms=N`` that burns N ms of CPU (capped) to create real load.
-It is a demo: no API objects. ``POST /apis/authentication.k8s.io/v1/selfsubjectreviews`` answers who the
-authentication layer says the caller is, as kube-apiserver does for ``kubectl auth whoami``."""
+response headers, and ``POST /apis/authentication.k8s.io/v1/selfsubjectreviews``, which answers who the
+authentication layer says the caller is, as kube-apiserver does for ``kubectl auth whoami``. ``/work?cpu_ms=N``
+burns N ms of CPU to create real load, only where the operator turned it on (``serve --demo-work``, see
+``with_work``). It is a demo: no API objects."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
 from urllib.parse import parse_qs
 
 from secure_orca.authn import review
-from secure_orca.server.asgi import Headers, Receive, Scope, Send, read_body, respond, respond_json
+from secure_orca.server.asgi import ASGIApp, Headers, Receive, Scope, Send, read_body, respond, respond_json
 from secure_orca.server.authentication import current_user
 
 MAX_CPU_MS = 1000
+WORKERS = 2  # /work burns run in at most this many threads at once, never on the event loop
+MAX_WAITING = 16  # more /work requests than this waiting for a thread are refused with 429
 _FLOW_SCHEMA_UID = str(uuid.uuid5(uuid.NAMESPACE_URL, "secure-orca/flowschema/global-default")).encode()
 _PRIORITY_LEVEL_UID = str(uuid.uuid5(uuid.NAMESPACE_URL, "secure-orca/prioritylevel/global-default")).encode()
 VERSION = {
@@ -50,11 +54,48 @@ def _kube_headers() -> list[tuple[bytes, bytes]]:
     ]
 
 
-def _query_number(query: dict[str, list[str]], name: str, default: float) -> float | None:
+def work_ms(query_string: bytes) -> float | None:
+    """The ``cpu_ms`` of a /work query (default 10), or None unless it is the only parameter, given once,
+    a number from 0 to MAX_CPU_MS (pure)."""
+    query = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
+    if set(query) - {"cpu_ms"} or len(query.get("cpu_ms", ["10"])) != 1:
+        return None
     try:
-        return float(query.get(name, [str(default)])[0])
+        value = float(query.get("cpu_ms", ["10"])[0])
     except ValueError:
         return None
+    return value if 0 <= value <= MAX_CPU_MS else None
+
+
+def with_work(inner: ASGIApp) -> ASGIApp:
+    """``inner`` plus ``/work?cpu_ms=N``: N ms of CPU burnt in a worker thread (at most WORKERS at once, at
+    most MAX_WAITING queued, else 429), so the sampler sees real load while the event loop stays free. The
+    status is always 200: no client can make this server count errors it did not have."""
+    running = asyncio.Semaphore(WORKERS)
+    waiting = 0
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal waiting
+        if scope["type"] != "http" or scope["path"] != "/work":
+            await inner(scope, receive, send)
+            return
+        headers = _kube_headers()
+        milliseconds = work_ms(scope.get("query_string", b""))
+        if milliseconds is None:
+            await respond_json(send, 400, {"kind": "Status", "status": "Failure", "code": 400}, headers)
+            return
+        if waiting >= MAX_WAITING:
+            await respond_json(send, 429, {"kind": "Status", "status": "Failure", "code": 429}, headers)
+            return
+        waiting += 1
+        try:
+            async with running:
+                spent = await asyncio.to_thread(burn_cpu, milliseconds)
+        finally:
+            waiting -= 1
+        await respond_json(send, 200, {"cpu_ms": round(spent * 1000, 3)}, headers)
+
+    return app
 
 
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -92,6 +133,9 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    if scope["type"] != "http":  # a WebSocket: closing before accepting makes the server answer 403
+        await send({"type": "websocket.close", "code": 1008})
+        return
     path = scope["path"]
     headers = _kube_headers()
     if path in ("/healthz", "/livez", "/readyz"):
@@ -100,15 +144,6 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await respond_json(send, 200, DISCOVERY[path], headers)
     elif path == SELF_SUBJECT_REVIEWS:
         await self_subject_review(scope, receive, send, headers)
-    elif path == "/work":
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        cpu_ms = _query_number(query, "cpu_ms", 10)
-        status = _query_number(query, "status", 200)
-        if cpu_ms is None or status is None or cpu_ms < 0 or not 200 <= status <= 599:
-            await respond_json(send, 400, {"kind": "Status", "status": "Failure", "code": 400}, headers)
-            return
-        spent = burn_cpu(min(cpu_ms, MAX_CPU_MS))
-        await respond_json(send, int(status), {"cpu_ms": round(spent * 1000, 3)}, headers)
     else:
         body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
         await respond_json(send, 404, body, headers)

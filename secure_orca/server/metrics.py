@@ -7,6 +7,7 @@ nothing. Served on an opt-in address, loopback unless told otherwise.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
@@ -91,3 +92,13 @@ def parse_address(text: str) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise FlagError(f"invalid address {text!r} (use HOST:PORT, e.g. 127.0.0.1:9090)")
     return host, int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address; any other name is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -9,11 +9,14 @@ policy grants it. The client identity comes from the ASGI TLS extension, ``scope
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import itertools
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
+from secure_orca.authz.kubex509 import parse_certificate
 from secure_orca.authz.policy import DECISIONS, Decision, Policy
 from secure_orca.authz.reasons import Reason
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
@@ -30,41 +33,103 @@ ATTACH_MODES = ("every-response", "once-per-sample")
 
 class ConnectionMemo:
     """Per-connection memory (the server puts one in every request scope of a connection): the report tuple
-    last attached on it, so ``once-per-sample`` can skip repeats that HPACK would still pay for."""
+    last attached on it, so ``once-per-sample`` can skip repeats that HPACK would still pay for, and the digest
+    of its client chain, so the chain is hashed once per connection, not per request."""
 
-    __slots__ = ("last",)
+    __slots__ = ("chain_key", "last")
 
     def __init__(self) -> None:
         self.last: tuple[bytes, bytes] | None = None
+        self.chain_key: bytes | None = None  # ChainCache.key of the connection's client chain, computed once
+
+
+def spellings(name: bytes) -> frozenset[bytes]:
+    """``name`` with each ``-`` kept or written ``_``: how a server that maps ``_`` to ``-`` (CGI, WSGI, some
+    proxies) could read a header. Precomputed, so the request path pays one set lookup per header."""
+    parts = name.split(b"-")
+    return frozenset(
+        parts[0] + b"".join(sep + part for sep, part in zip(seps, parts[1:], strict=True))
+        for seps in itertools.product((b"-", b"_"), repeat=len(parts) - 1)
+    )
+
+
+_OPTIN_SPELLINGS = spellings(OPTIN)
+_ORCA_SPELLINGS = frozenset().union(*(spellings(name) for name in _ORCA))
 
 
 def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
-    """Headers without ORCA fields (names compared case-insensitively), and how many were removed."""
-    kept = [h for h in headers if h[0].lower() not in _ORCA]
+    """Headers without ORCA fields (names compared case-insensitively, ``_`` read as ``-``), and how many
+    were removed."""
+    kept = [h for h in headers if h[0].lower() not in _ORCA_SPELLINGS]
     return kept, len(headers) - len(kept)
 
 
+MAX_CHAIN_CERTS = 8  # a front proxy presents a leaf and a few intermediates; longer chains are refused unverified
+_NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class _Cached:
+    result: FrontProxyResult
+    recheck_at: dt.datetime  # the first moment a certificate of the chain changes validity; verify again then
+
+
 class ChainCache:
-    """Front-proxy results keyed by the presented chain (PEM strings), so a chain is verified at most once
-    per connection however many requests it carries. Bound to one verifier: new CAs mean a new cache."""
+    """Front-proxy results keyed by a digest of the presented chain, so a chain is verified at most once per
+    connection however many requests it carries. Bound to one verifier: new CAs mean a new cache.
+
+    Bounded whatever clients present: at most ``_CACHE_SIZE`` entries of a 32-byte key and a small result
+    (the chain itself is never kept), and a chain of more than ``MAX_CHAIN_CERTS`` certificates is refused
+    without being parsed or verified. A result is reused only until the earliest future notBefore of the
+    presented certificates: a certificate seen before it became valid is verified again once it is."""
 
     def __init__(self, verifier: FrontProxyVerifier) -> None:
         self.verifier = verifier
-        self._results: dict[tuple[str, ...], FrontProxyResult] = {}
+        self._results: dict[bytes, _Cached] = {}
 
-    def lookup(self, chain: tuple[str, ...], now: dt.datetime) -> FrontProxyResult:
-        result = self._results.get(chain)
-        if result is None:
-            try:
-                ders = [ssl.PEM_cert_to_DER_cert(pem) for pem in chain]
-            except ValueError:
-                result = FrontProxyResult(False, Reason.UNTRUSTED_CA)
-            else:  # DER straight to the verifier: it reads certificates as Go does, whatever cryptography thinks
-                result = self.verifier.verify_der(ders, now)
+    @staticmethod
+    def key(chain: tuple[str, ...]) -> bytes:
+        digest = hashlib.sha256()
+        for pem in chain:
+            digest.update(pem.encode("latin-1", "replace"))
+            digest.update(b"\0")
+        return digest.digest()
+
+    def _verify(self, chain: tuple[str, ...], now: dt.datetime) -> _Cached:
+        if len(chain) > MAX_CHAIN_CERTS:
+            return _Cached(FrontProxyResult(False, Reason.UNTRUSTED_CA), _NEVER)
+        try:
+            ders = [ssl.PEM_cert_to_DER_cert(pem) for pem in chain]
+        except ValueError:
+            return _Cached(FrontProxyResult(False, Reason.UNTRUSTED_CA), _NEVER)
+        # DER straight to the verifier: it reads certificates as Go does, whatever cryptography thinks.
+        result = self.verifier.verify_der(ders, now)
+        return _Cached(result, _next_not_before(ders, now))
+
+    def lookup(self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None) -> FrontProxyResult:
+        """The result for ``chain``; ``key`` is ``key(chain)`` when the caller has it already."""
+        key = key if key is not None else self.key(chain)
+        cached = self._results.get(key)
+        if cached is None or now >= cached.recheck_at:
+            cached = self._verify(chain, now)
+            self._results.pop(key, None)
             if len(self._results) >= _CACHE_SIZE:
                 self._results.pop(next(iter(self._results)))
-            self._results[chain] = result
-        return result
+            self._results[key] = cached
+        return cached.result
+
+
+def _next_not_before(ders: list[bytes], now: dt.datetime) -> dt.datetime:
+    """When a result may change with time alone: the earliest notBefore still to come among the certificates."""
+    upcoming = []
+    for der in ders:
+        try:
+            not_before = parse_certificate(der).not_before
+        except ValueError:
+            continue
+        if not_before > now:
+            upcoming.append(not_before)
+    return min(upcoming, default=_NEVER)
 
 
 @dataclass(frozen=True)
@@ -114,7 +179,15 @@ class LoadReportMiddleware:
         now = dt.datetime.now(dt.UTC)
         tls = scope.get("extensions", {}).get("tls") or {}
         chain = tls.get("client_cert_chain")
-        identity = authority.chains.lookup(tuple(chain), now) if chain and authority.chains else NO_CERTIFICATE
+        identity = NO_CERTIFICATE
+        if chain and authority.chains:
+            memo = scope.get("extensions", {}).get(CONNECTION_KEY)
+            key = memo.chain_key if memo is not None else None
+            if key is None:  # once per connection: the chain of a connection never changes
+                key = ChainCache.key(tuple(chain))
+                if memo is not None:
+                    memo.chain_key = key
+            identity = authority.chains.lookup(tuple(chain), now, key)
         return authority.policy.decide(optin_values, identity, now)
 
     def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
@@ -134,9 +207,10 @@ class LoadReportMiddleware:
             await self.app(scope, receive, send)
             return
         headers = scope["headers"]
-        optin_values = [value for name, value in headers if name.lower() == OPTIN]
-        if optin_values:
-            scope = dict(scope, headers=[h for h in headers if h[0].lower() != OPTIN])
+        found = [(name.lower(), value) for name, value in headers if name.lower() in _OPTIN_SPELLINGS]
+        optin_values = [value for name, value in found if name == OPTIN]  # other spellings never opt in
+        if found:  # ... and no spelling ever reaches the application
+            scope = dict(scope, headers=[h for h in headers if h[0].lower() not in _OPTIN_SPELLINGS])
         granted = NO_OPT_IN
         if optin_values:
             granted = self.decide(scope, optin_values)
@@ -157,7 +231,7 @@ class LoadReportMiddleware:
                     header = self.sampler.header
                     if granted.attach and header is not None and self._fresh(scope, header):
                         attach = header
-                if attach is not None or any(name.lower() in _ORCA for name, _ in headers):
+                if attach is not None or any(name.lower() in _ORCA_SPELLINGS for name, _ in headers):
                     kept, removed = strip_orca(list(headers))
                     if removed and self.on_stripped is not None:
                         self.on_stripped(removed)

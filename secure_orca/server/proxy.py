@@ -1,4 +1,13 @@
-"""Reverse proxy to upstream services (``--proxy PREFIX=URL``), streaming both ways with httpx.
+r"""Reverse proxy to upstream services (``--proxy PREFIX=URL``), streaming both ways with httpx.
+
+A request reaches only its route's upstream, under its prefix. As kube-aggregator's proxy handler does
+(kubernetes/kubernetes 008b3652959ca58af8be3fb5b6ecfe9ae7638282,
+staging/src/k8s.io/kube-aggregator/pkg/apiserver/handler_proxy.go), the upstream URL is built from parts, its
+scheme and host fixed by the route, never by joining strings with the client's path. Where kube forwards
+the decoded path as is, we refuse (400) every raw path whose meaning a URL library or the upstream could
+change: one not starting with ``/``, a ``.`` or ``..`` segment (plain or percent-encoded), an encoded
+``/`` or ``\``, a backslash, and any byte outside RFC 3986's path characters (``#``, space, controls,
+non-ASCII). See ``steered_path``.
 
 Hop-by-hop headers are not forwarded in either direction. As kube's aggregator does, the authenticated user
 goes upstream as ``X-Remote-User``/``-Uid``/``-Group``/``-Extra-*`` (never what the client sent: the
@@ -9,14 +18,17 @@ whatever ORCA headers an upstream returns are removed by the middleware on the w
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from urllib.parse import unquote_to_bytes
 
 import httpx
 
 from secure_orca.authn.requestheader import upstream_headers
-from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
+from secure_orca.server.asgi import NO_BODY_STATUSES, ASGIApp, Message, Receive, Scope, Send, respond_json
 from secure_orca.server.authentication import current_user
 from secure_orca.server.flags import ProxyRoute
 
@@ -37,6 +49,28 @@ HOP_BY_HOP = frozenset(
 )
 
 
+# RFC 3986 path characters: unreserved, sub-delims, ":", "@", "/" and well-formed percent-escapes.
+_PATH = re.compile(rb"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})*")
+_QUERY = re.compile(rb"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})*")
+_ENCODED_SEPARATOR = re.compile(rb"%(?:2[Ff]|5[Cc])")
+BAD_REQUEST = {"kind": "Status", "status": "Failure", "reason": "BadRequest", "code": 400}
+
+
+def steered_path(raw_path: bytes, prefix: str) -> bytes | None:
+    """``raw_path`` when it stays under ``prefix`` whatever a URL library or the upstream makes of it, else
+    None (pure). Refused: no leading ``/``, characters outside RFC 3986 paths, encoded ``/`` or ``\\``,
+    ``.`` and ``..`` segments (also percent-encoded), and a decoded path outside the prefix."""
+    if not raw_path.startswith(b"/") or not _PATH.fullmatch(raw_path) or _ENCODED_SEPARATOR.search(raw_path):
+        return None
+    decoded = unquote_to_bytes(raw_path)
+    if any(segment in (b".", b"..") for segment in decoded.split(b"/")):
+        return None
+    text = decoded.decode("latin-1")
+    if not (text == prefix or text.startswith(prefix.rstrip("/") + "/")):
+        return None
+    return raw_path
+
+
 def forwardable(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Headers without hop-by-hop fields, including any named in ``Connection``."""
     named = {
@@ -52,8 +86,32 @@ def identity_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
     return upstream_headers(user) if user is not None else []
 
 
+class BodyStalled(Exception):
+    """The client sent no part of its request body for the body timeout."""
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
+def framing_conflict(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's body framing is ambiguous: Transfer-Encoding with Content-Length (the request
+    smuggling pair, RFC 9112 section 6.3), or Content-Length given twice or not a number (pure)."""
+    lengths = [value.strip() for name, value in headers if name.lower() == b"content-length"]
+    chunked = any(name.lower() == b"transfer-encoding" for name, _ in headers)
+    return bool(lengths) and (chunked or len(lengths) > 1 or not lengths[0].isdigit())
+
+
+def _status(code: int) -> dict[str, object]:
+    return {"kind": "Status", "status": "Failure", "code": code}
+
+
 class ProxyApp:
-    """Sends requests under a route's prefix upstream; everything else goes to ``fallback``."""
+    """Sends requests under a route's prefix upstream; everything else goes to ``fallback``.
+
+    Every part of a request body must arrive within ``timeout`` (else 408), and one client address may have
+    at most ``max_uploads_per_client`` requests with a body still arriving (else 429), so stalled uploads
+    cannot hold every pooled upstream connection."""
 
     def __init__(
         self,
@@ -61,13 +119,21 @@ class ProxyApp:
         fallback: ASGIApp,
         timeout: float = 30.0,
         client_cert: tuple[Path, Path] | None = None,
+        max_uploads_per_client: int = 16,
     ) -> None:
         self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
         self.fallback = fallback
+        self.body_timeout = timeout
+        self.max_uploads_per_client = max_uploads_per_client
+        self.uploads: dict[str, int] = {}
         tls = httpx.create_ssl_context()  # httpx's default trust (SSL_CERT_FILE when set)
         if client_cert is not None:
             tls.load_cert_chain(*client_cert)
-        self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=tls)
+        # No Accept-Encoding of our own: a client that asked for none gets an uncompressed body.
+        identity = {"accept-encoding": "identity"}
+        self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=tls, headers=identity)
+        self.upstreams = {route.prefix: httpx.URL(route.upstream) for route in self.routes}
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # its INFO lines carry every upstream URL and query
 
     def route(self, path: str) -> ProxyRoute | None:
         for route in self.routes:
@@ -82,34 +148,86 @@ class ProxyApp:
             return
         await self.forward(route, scope, receive, send)
 
-    async def forward(self, route: ProxyRoute, scope: Scope, receive: Receive, send: Send) -> None:
-        url = route.upstream + scope["raw_path"].decode("latin-1")
-        if scope.get("query_string"):
-            url += "?" + scope["query_string"].decode("latin-1")
+    def upstream_url(self, route: ProxyRoute, scope: Scope) -> httpx.URL | None:
+        """The route's upstream with the request's path and query, or None when they could leave it."""
+        path = steered_path(scope.get("raw_path") or b"", route.prefix)
+        query = scope.get("query_string") or b""
+        if path is None or not _QUERY.fullmatch(query):
+            return None
+        base = self.upstreams[route.prefix]
+        target = base.raw_path.split(b"?")[0].rstrip(b"/") + path
+        return base.copy_with(raw_path=target + (b"?" + query if query else b""))
 
+    async def _receive(self, receive: Receive) -> Message:
+        try:
+            message = await asyncio.wait_for(receive(), self.body_timeout)
+        except TimeoutError:
+            raise BodyStalled from None
+        if message["type"] != "http.request":
+            raise ClientGone
+        return message
+
+    async def forward(self, route: ProxyRoute, scope: Scope, receive: Receive, send: Send) -> None:
+        url = self.upstream_url(route, scope)
+        if url is None or framing_conflict(scope["headers"]):
+            await respond_json(send, 400, BAD_REQUEST, [(b"connection", b"close")])
+            return
+        try:
+            first = await self._receive(receive)
+        except BodyStalled:
+            await respond_json(send, 408, _status(408), [(b"connection", b"close")])
+            return
+        except ClientGone:
+            return
+        client = str((scope.get("client") or ("unknown",))[0])
+        uploading = bool(first.get("more_body", False))
+        if uploading:
+            if self.uploads.get(client, 0) >= self.max_uploads_per_client:
+                log.warning("proxy %s: too many uploads in progress from one client; refused", route.prefix)
+                await respond_json(send, 429, _status(429), [(b"connection", b"close")])
+                return
+            self.uploads[client] = self.uploads.get(client, 0) + 1
+        try:
+            await self._exchange(route, scope, url, first, receive, send)
+        finally:
+            if uploading:
+                self.uploads[client] -= 1
+                if not self.uploads[client]:
+                    del self.uploads[client]
+
+    async def _exchange(
+        self, route: ProxyRoute, scope: Scope, url: httpx.URL, first: Message, receive: Receive, send: Send
+    ) -> None:
         async def body() -> AsyncIterator[bytes]:
+            message = first
             while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return
                 yield message.get("body", b"")
                 if not message.get("more_body", False):
                     return
+                message = await self._receive(receive)
 
         headers = forwardable(scope["headers"]) + identity_headers(scope)
         request = self.client.build_request(scope["method"], url, headers=headers, content=body())
         try:
             response = await self.client.send(request, stream=True)
+        except BodyStalled:
+            log.warning("proxy %s: request body stalled", route.prefix)
+            await respond_json(send, 408, _status(408), [(b"connection", b"close")])
+            return
+        except ClientGone:
+            return
         except httpx.TimeoutException:
             log.warning("proxy %s: upstream timed out", route.prefix)
-            await respond_json(send, 504, {"kind": "Status", "status": "Failure", "code": 504})
+            await respond_json(send, 504, _status(504))
             return
-        except httpx.HTTPError as error:
+        except Exception as error:  # any failure to reach the upstream is one line and a 502, never a traceback
             log.warning("proxy %s: upstream unavailable: %s", route.prefix, type(error).__name__)
-            await respond_json(send, 502, {"kind": "Status", "status": "Failure", "code": 502})
+            await respond_json(send, 502, _status(502))
             return
         try:
             headers = forwardable(response.headers.raw)
+            if response.status_code in NO_BODY_STATUSES:
+                headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
             async for chunk in response.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -1,0 +1,73 @@
+"""Real upstream HTTP servers on loopback for the proxy attack tests."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Recorded:
+    """Every request line a backend received: (method, raw target)."""
+
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    headers: list[list[tuple[str, str]]] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[str]:
+        return [path for _, path in self.requests]
+
+
+@contextmanager
+def recording_backend() -> Iterator[tuple[str, Recorded]]:
+    """An HTTP/1.1 backend that records every request's target and headers and answers 200 ``backend``;
+    paths ending in ``/nocontent`` or ``/notmodified`` get a 204 or 304 that (wrongly) carries a
+    content-length, as some backends send."""
+    recorded = Recorded()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def answer(self) -> None:
+            recorded.requests.append((self.command, self.path))
+            recorded.headers.append(list(self.headers.items()))
+            self.read_body()
+            for suffix, status in (("/nocontent", 204), ("/notmodified", 304)):
+                if self.path.endswith(suffix):
+                    self.send_response(status)
+                    self.send_header("content-length", "0" if status == 204 else "7")
+                    self.end_headers()
+                    return
+            self.send_response(200)
+            self.send_header("content-length", "7")
+            self.end_headers()
+            self.wfile.write(b"backend")
+
+        def read_body(self) -> None:
+            if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    self.rfile.read(size + 2)
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return
+            length = int(self.headers.get("content-length") or 0)
+            if length:
+                self.rfile.read(length)
+
+        do_GET = do_POST = do_PUT = do_DELETE = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", recorded
+    finally:
+        server.shutdown()
+        server.server_close()
