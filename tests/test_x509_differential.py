@@ -45,6 +45,11 @@ KNOWN: dict[str, tuple[str, str]] = {
         "cryptography cannot load a version-2 certificate, so the CA bundle is refused at start-up (exit 2);"
         " Go reads it and ignores its extensions",
     ),
+    "chains/signature-checks-at-limit": (
+        "refuse",
+        "the server refuses chains of more than 8 certificates without verifying them (a bound on the work one"
+        " handshake can cause, issue 14 item 5); Go verifies up to its 100-signature limit",
+    ),
     "extensions/policies-everywhere-and-require-explicit": (
         "refuse",
         "certificate-policy processing with certificatePolicies and policy constraints together is not mirrored;"
@@ -314,7 +319,8 @@ def _real_decision(replica_url: str, serving_ca: Path, case: Case, workdir: Path
             response = http.get(replica_url + "/version", headers=[("endpoint-load-metrics-request", "TEXT")])
     except httpx.TransportError:
         return "handshake-refused"
-    assert response.status_code == 200, (case.name, response.status_code)
+    # 401: kube's answer to a certificate its authenticators cannot verify (the report decision is separate)
+    assert response.status_code in (200, 401), (case.name, response.status_code)
     return "grant" if "endpoint-load-metrics" in response.headers else "refuse"
 
 

@@ -917,6 +917,8 @@ def serve_argv(
     argv += ["--requestheader-allowed-names", ",".join(names)] if names else []
     argv += ["--client-ca-file", str(client_ca)] if client_ca else []
     argv += ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics"]
+    # The cases decide load reports only: a front proxy that names no user falls through to anonymous.
+    argv += ["--requestheader-missing-user=anonymous"]
     return [*argv, "--endpoint-load-metrics-auth", "front-proxy"]
 
 

@@ -57,7 +57,7 @@ class AuthenticationConfig:
 def _leaf(pem: str) -> x509.Certificate | None:
     try:
         return x509.load_pem_x509_certificate(pem.encode())
-    except ValueError:
+    except (ValueError, x509.InvalidVersion):  # unreadable: treated as no certificate (Go's TLS would refuse it)
         return None
 
 

@@ -114,12 +114,16 @@ HOSTILE = {
 }
 
 
+UNREADABLE = {"version-4"}
+
+
 @pytest.mark.parametrize("shape", sorted(HOSTILE))
 def test_hostile_certificate_gets_the_ordinary_response_without_report(setup: Setup, shape: str) -> None:
     baseline = _present(setup, "baseline-user", *_issued(setup.clients.issue_cert("u.example", common_name="user")))
     response = _present(setup, shape, *_shaped(setup, HOSTILE[shape]))
-    assert (
-        (response.status_code, response.content) == (baseline.status_code, baseline.content) == (200, baseline.content)
-    )
     assert _reports(response) == []
-    assert "Traceback" not in setup.replica.process.output(tail=200)
+    assert "Traceback" not in setup.replica.process.output(tail=200), setup.replica.process.output(tail=60)
+    if shape in UNREADABLE:  # cryptography cannot read it: no certificate, the anonymous user's ordinary answer
+        assert (response.status_code, response.content) == (baseline.status_code, baseline.content)
+    else:  # readable but not verifiable: kube's x509 authenticator answers 401 (with its Status body)
+        assert response.status_code == 401 and response.json()["reason"] == "Unauthorized"

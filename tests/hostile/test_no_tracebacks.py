@@ -106,17 +106,11 @@ ATTACKS: dict[str, Callable[[launch.Replica, pki.DevPKI], int | None]] = {
     "invalid-upstream-url": invalid_upstream_url,
     "trailers-after-early-response": trailers_after_early_response,
 }
-LATE_BODY = "the same hypercorn KeyError as a late request body: issue 14 item 6, fixed by the authn helper"
 
 
 @pytest.mark.parametrize(
     "attack",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=LATE_BODY))
-        if name == "trailers-after-early-response"
-        else name
-        for name in ATTACKS
-    ],
+    list(ATTACKS),
 )
 def test_odd_requests_get_a_clean_refusal_and_at_most_one_log_line(rig: Rig, dev_pki: pki.DevPKI, attack: str) -> None:
     replica, _ = rig
