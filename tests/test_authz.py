@@ -135,3 +135,31 @@ def test_every_reason_has_a_metrics_label_and_a_shared_decision() -> None:
     text = metrics.registry.get_sample_value  # one sample per reason, with the right result label
     assert text("secure_orca_load_reports_total", {"result": "refused", "reason": "no-secret"}) == 1
     assert text("secure_orca_load_reports_total", {"result": "attached", "reason": "front-proxy"}) == 1
+
+
+# ---- option 2b: the load-reader identity (reports only) -------------------------------------------------------
+
+READER = Policy(frozenset({"load-reader"}))
+READERS = FrontProxyVerifier([CLIENT_CA.cert], ("load-reader",))
+READER_OK = READERS.verify([pki.issue(CLIENT_CA, "load-reader").cert], NOW)
+READER_WRONG_NAME = READERS.verify([pki.issue(CLIENT_CA, "someone").cert], NOW)
+
+
+@pytest.mark.parametrize(
+    ("policy", "front_proxy", "reader", "attach", "reason"),
+    [
+        (READER, NO_CERTIFICATE, READER_OK, True, "load-reader"),
+        (READER, FP_OK, NO_CERTIFICATE, False, "no-certificate"),  # a front proxy is no load reader
+        (READER, NO_CERTIFICATE, READER_WRONG_NAME, False, "name-not-allowed"),
+        (BOTH, NO_CERTIFICATE, READER_OK, False, "no-certificate"),  # the mode must be listed to grant
+        (Policy(frozenset({"front-proxy", "load-reader"})), NO_CERTIFICATE, READER_OK, True, "load-reader"),
+    ],
+)
+def test_load_reader_decisions(policy: Policy, front_proxy, reader, attach: bool, reason: str) -> None:  # type: ignore[no-untyped-def]
+    decision = policy.decide([b"TEXT"], front_proxy, NOW, reader)
+    assert (decision.attach, decision.reason) == (attach, reason)
+
+
+def test_load_reader_grant_expires_on_the_connection() -> None:
+    decision = READER.decide([b"TEXT"], NO_CERTIFICATE, NOW + dt.timedelta(days=3650), READER_OK)
+    assert (decision.attach, decision.reason) == (False, "expired")

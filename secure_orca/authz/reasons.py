@@ -13,6 +13,7 @@ class Reason(StrEnum):
     FRONT_PROXY = "front-proxy"  # the client certificate is the front proxy's (requestheader CA, allowed name)
     SHARED_SECRET = "shared-secret"  # the opt-in carried a configured secret
     HEADER_ONLY = "header-only"  # the opt-in alone suffices (KEP option 1)
+    LOAD_READER = "load-reader"  # the client certificate is a load reader's (reads load, asserts no identity)
     # refusals before any credential is looked at
     FEATURE_OFF = "feature-off"
     NO_OPT_IN = "no-opt-in"
@@ -35,4 +36,4 @@ class Reason(StrEnum):
         return self in _GRANTS
 
 
-_GRANTS = frozenset({Reason.FRONT_PROXY, Reason.SHARED_SECRET, Reason.HEADER_ONLY})
+_GRANTS = frozenset({Reason.FRONT_PROXY, Reason.SHARED_SECRET, Reason.HEADER_ONLY, Reason.LOAD_READER})

@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the load balancer sends only the bare opt-in (KEP option 1): use that as the positive control",
     )
+    a(
+        "--lb-load-reader",
+        action="store_true",
+        help="the --lb-cert is a load reader's (option 2b): it must get reports, and its forged identity headers "
+        "must NOT be believed (with a front-proxy certificate they must be, by design)",
+    )
     a("--client-cert", type=Path, metavar="FILE", help="an ordinary client certificate to try")
     a("--client-key", type=Path, metavar="FILE", help="its private key")
     a("--secret-guess-file", type=Path, metavar="FILE", help="a candidate secret to try, with its near misses")
@@ -110,6 +116,7 @@ def build_config(args: argparse.Namespace) -> ProbeConfig:
         front_proxy_cn=args.front_proxy_cn,
         control_url=args.control_url,
         lb_header_only=args.lb_header_only,
+        lb_load_reader=args.lb_load_reader,
     )
 
 
@@ -164,7 +171,11 @@ def format_summary(result: ProbeResult) -> str:
     if result.identity_controls:
         believed = any(c.impersonation == "leak" for c in result.identity_controls)
         detail = result.identity_controls[0].identity_detail
-        lines.append(f"front-proxy identity control: {'believed, by design' if believed else 'FAILED'} ({detail})")
+        if result.lb_identity_believed:
+            lines.append(f"front-proxy identity control: {'believed, by design' if believed else 'FAILED'} ({detail})")
+        else:
+            word = "BELIEVED (a leak)" if believed else "not believed, as it must be"
+            lines.append(f"load-reader identity: {word} ({detail})")
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(result.counts().items()))
     lines.append(f"vectors: {len(result.results)} ({counts})")
     forged = [r.impersonation for r in result.results if r.impersonation is not None]

@@ -99,6 +99,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma list of modes, any one granting: {', '.join(MODES)} (default {','.join(DEFAULT_MODES)})",
     )
     a("--endpoint-load-metrics-secret-file", type=Path, help="shared secrets, one per line (mode 0600)")
+    a(
+        "--endpoint-load-metrics-client-ca-file",
+        type=Path,
+        help="mode load-reader (option 2b): CA of load-reader client certificates; they may read load reports "
+        "and nothing else (their identity headers are never believed); reloaded live",
+    )
+    a(
+        "--endpoint-load-metrics-allowed-names",
+        default="",
+        help="comma list of load-reader Common Names (empty: any certificate from that CA)",
+    )
     a("--endpoint-load-metrics-interval", default="100ms", help="sampling interval (default 100ms)")
     a(
         "--endpoint-load-metrics-decimals",

@@ -206,6 +206,13 @@ def replica_flags(dev: pki.DevPKI, option: str, *extra: str) -> list[str]:
         ]
     if "shared-secret" in option:
         flags += ["--endpoint-load-metrics-secret-file", str(dev.secret)]
+    if "load-reader" in option:
+        flags += [
+            "--endpoint-load-metrics-client-ca-file",
+            str(dev.cert("load_reader_ca")),
+            "--endpoint-load-metrics-allowed-names",
+            pki.LOAD_READER_CN,
+        ]
     return [*flags, *extra]
 
 

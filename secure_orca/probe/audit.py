@@ -209,12 +209,15 @@ def decide(
     results: Sequence[VectorResult],
     unreachable: str | None = None,
     identity_controls: Sequence[VectorResult] = (),
+    lb_identity_believed: bool = True,
 ) -> tuple[Verdict, str]:
     """The summary verdict and its reason, covering load reports and impersonation. A leak of either is proof
     whatever else happened; a clean run counts only with a positive control that got a report (and, when one
     was sent, a front-proxy control whose identity headers were believed) and with every vector tested."""
     leaks = [r for r in results if r.outcome == "leak"]
     believed = [r for r in results if r.impersonation == "leak"]
+    if not lb_identity_believed:  # a load reader's certificate: its forged identity is a leak like any other
+        believed += [c for c in identity_controls if c.impersonation == "leak"]
     if leaks or believed:
         found = []
         if leaks:
@@ -234,13 +237,13 @@ def decide(
     errors = [r for r in results if r.outcome == "error"]
     if errors:
         return "inconclusive", f"no leak found, but {len(errors)} vectors ended in error (first: {errors[0].detail})"
-    if identity_controls and not any(c.impersonation == "leak" for c in identity_controls):
+    if lb_identity_believed and identity_controls and not any(c.impersonation == "leak" for c in identity_controls):
         return (
             "inconclusive",
             "no leak found, but the front proxy's own identity headers were not believed (no requestheader "
             f"authentication or no selfsubjectreviews: {identity_controls[0].identity_detail})",
         )
-    unknown = [r for r in results if r.impersonation == "unknown"]
+    unknown = [r for r in (*results, *identity_controls) if r.impersonation == "unknown"]
     if unknown:
         return "inconclusive", f"no leak found, but {len(unknown)} identities could not be read back " \
             f"(first: {unknown[0].identity_detail})"  # fmt: skip
@@ -260,12 +263,22 @@ class ProbeResult:
     results: list[VectorResult]
     identity_controls: list[VectorResult] = field(default_factory=list)
     timing: TimingResult | None = None
+    lb_identity_believed: bool = True  # False for a load reader's certificate (option 2b)
     timing_error: str = ""
     seconds: float = 0.0
 
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.verdict]
+
+    @property
+    def lb_grants_identity(self) -> bool | None:
+        """What else the load balancer's certificate grants: any identity it names (True), none (False), or
+        not measured (None: no certificate, or the identity could not be read back)."""
+        seen = {c.impersonation for c in self.identity_controls}
+        if not seen or "unknown" in seen or None in seen:
+            return None
+        return "leak" in seen
 
     @property
     def control_ok(self) -> bool:
@@ -387,6 +400,7 @@ class ProbeConfig:
     control_url: str | None = None
     seed: int | None = None
     lb_header_only: bool = False  # the LB sends the bare opt-in (option 1): that is the positive control
+    lb_load_reader: bool = False  # the LB certificate is a load reader's (option 2b): its identity must not count
 
 
 def _cert_names(path: Path | None) -> tuple[str | None, str | None]:
@@ -476,8 +490,11 @@ def probe(
     controls = run_all(control_connector, controls_v)
     identity_controls = run_all(control_connector, identity_controls_v)
     results = baseline + run_all(connector, vectors[1:])
-    verdict, reason = decide(controls, results, identity_controls=identity_controls)
+    verdict, reason = decide(
+        controls, results, identity_controls=identity_controls, lb_identity_believed=not config.lb_load_reader
+    )
     out = ProbeResult(url, verdict, reason, controls, results, identity_controls)
+    out.lb_identity_believed = not config.lb_load_reader
     if config.timing_samples > 0:
         if on_phase:
             on_phase(f"timing check: {config.timing_samples} early/late pairs over one HTTP/2 connection")

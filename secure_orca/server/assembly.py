@@ -40,7 +40,7 @@ class Server:
             metrics = Metrics(sampler, lambda: verifications(app))
             app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
         files = config.files
-        trust = [p for p in (files.client_ca, files.requestheader_ca) if p]
+        trust = [p for p in (files.client_ca, files.requestheader_ca, files.load_reader_ca) if p]
         context = make_server_context(files.cert, files.key, trust)
         authentication = app.app if isinstance(app.app, AuthenticationMiddleware) else None
         reloader = Reloader(
@@ -88,12 +88,18 @@ def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddlewa
         proxy = ProxyApp(config.routes, backend, config.proxy_timeout, client_cert=config.proxy_client)
         inner = proxy
     clients = ChainCache(config.client_verifier) if config.client_verifier is not None else None
-    authenticated = AuthenticationMiddleware(inner, config.authentication, lambda: middleware.authority.chains, clients)
+    authenticated = AuthenticationMiddleware(
+        inner,
+        config.authentication,
+        lambda: middleware.authority.chains,
+        clients,
+        load_readers=lambda: middleware.authority.readers,
+    )
     # Load reports are decided outside authentication, exactly as before it existed (a 401 is a response too).
     middleware = LoadReportMiddleware(
         authenticated,
         enabled=config.enabled,
-        authority=Authority.build(config.policy, config.verifier),
+        authority=Authority.build(config.policy, config.verifier, config.reader_verifier),
         sampler=sampler,
         attach=config.attach,
     )

@@ -1,5 +1,8 @@
 """ASGI authentication layer (thin shell over ``secure_orca.authn``): runs before the application.
 
+A load-reader certificate (--endpoint-load-metrics-client-ca-file) authenticates nothing: the request goes on as
+if it had no certificate (a token in it still counts; otherwise anonymous).
+
 For every HTTP request it checks the connection's certificate with the same cached verifiers that grant load
 reports (requestheader CA and allowed names; --client-ca-file), runs kube-apiserver's authenticator chain,
 and then either answers 401 with kube's Status body, or passes the request on with every identity header
@@ -77,6 +80,7 @@ class AuthenticationMiddleware:
         front_proxy: Callable[[], ChainCache | None],
         clients: ChainCache | None,
         on_failure: Callable[[str], None] | None = None,
+        load_readers: Callable[[], ChainCache | None] = lambda: None,
     ) -> None:
         self.app = app
         self.authenticate = config.authenticator()
@@ -84,6 +88,7 @@ class AuthenticationMiddleware:
         self.front_proxy = front_proxy
         self.clients = clients
         self.on_failure = on_failure
+        self.load_readers = load_readers
 
     def trust_clients(self, client_cas: list[x509.Certificate]) -> None:
         """Replace the --client-ca-file trust (on reload); the x509 authenticator must already be configured."""
@@ -95,7 +100,8 @@ class AuthenticationMiddleware:
         tls = scope.get("extensions", {}).get("tls") or {}
         chain = tuple(tls.get("client_cert_chain") or ())
         leaf = _leaf(chain[0]) if chain else None
-        if leaf is None:
+        if leaf is None or _check(self.load_readers(), chain, now).holds_at(now):
+            # no certificate, or a load reader's: it may read load reports and asserts nothing (option 2b)
             return Request(scope["headers"], now)
         cache = self.front_proxy()
         return Request(

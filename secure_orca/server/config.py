@@ -52,6 +52,7 @@ class ServeConfig:
     verifier: FrontProxyVerifier | None
     interval: float
     decimals: int
+    reader_verifier: FrontProxyVerifier | None = None  # --endpoint-load-metrics-client-ca-file (load-reader)
     attach: str = "every-response"
     routes: list[ProxyRoute] = field(default_factory=list)
     proxy_timeout: float = 30.0
@@ -194,6 +195,21 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         )
     except CredentialError as error:
         raise UsageError(str(error)) from None
+    reader_names = parse_list(args.endpoint_load_metrics_allowed_names)
+    try:
+        reader_cas = (
+            load_cert_bundle(args.endpoint_load_metrics_client_ca_file, "--endpoint-load-metrics-client-ca-file")
+            if args.endpoint_load_metrics_client_ca_file and "load-reader" in modes
+            else []
+        )
+    except CredentialError as error:
+        raise UsageError(str(error)) from None
+    if shares_ca(client_cas + fp_cas, reader_cas) and not reader_names:
+        raise UsageError(
+            "--endpoint-load-metrics-allowed-names: must not be empty when --endpoint-load-metrics-client-ca-file "
+            "shares a certificate with --client-ca-file or --requestheader-client-ca-file"
+        )
+    reader_verifier = FrontProxyVerifier(reader_cas, reader_names) if reader_cas else None
     if shares_ca(client_cas, fp_cas) and not allowed:
         raise UsageError(
             "--requestheader-allowed-names: must not be empty when --client-ca-file and "
@@ -210,12 +226,18 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         proxy_without_user_is_anonymous=args.requestheader_missing_user == "anonymous",
     )
     proxy_client = _proxy_client(args)
-    usable = {"front-proxy": verifier is not None, "shared-secret": bool(secrets), "header-only": True}
+    usable = {
+        "front-proxy": verifier is not None,
+        "shared-secret": bool(secrets),
+        "header-only": True,
+        "load-reader": reader_verifier is not None,
+    }
     if enabled:
         if not any(usable[m] for m in modes):
             raise UsageError(
                 "--endpoint-load-metrics-auth: no listed mode is usable: front-proxy needs "
-                "--requestheader-client-ca-file, shared-secret needs --endpoint-load-metrics-secret-file"
+                "--requestheader-client-ca-file, shared-secret needs --endpoint-load-metrics-secret-file, "
+                "load-reader needs --endpoint-load-metrics-client-ca-file"
             )
         notes += [f"auth mode {m} is listed but has no material; it grants nothing" for m in modes if not usable[m]]
         if "header-only" in modes:
@@ -231,6 +253,8 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         allowed_names_file=args.requestheader_allowed_names_file,
         secret_file=args.endpoint_load_metrics_secret_file,
         allowed_names=allowed,
+        load_reader_ca=args.endpoint_load_metrics_client_ca_file if reader_verifier else None,
+        load_reader_names=reader_names,
     )
     return ServeConfig(
         host=args.bind_address,
@@ -239,6 +263,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         enabled=enabled,
         policy=Policy(frozenset(m for m in modes if usable[m]), SecretSet(secrets) if secrets else None),
         verifier=verifier,
+        reader_verifier=reader_verifier,
         interval=interval,
         decimals=args.endpoint_load_metrics_decimals,
         attach=args.endpoint_load_metrics_attach,

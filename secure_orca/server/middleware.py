@@ -138,10 +138,17 @@ class Authority:
 
     policy: Policy
     chains: ChainCache | None = None
+    readers: ChainCache | None = None  # the load-reader trust (option 2b): reports only, never an identity
 
     @classmethod
-    def build(cls, policy: Policy, verifier: FrontProxyVerifier | None) -> Authority:
-        return cls(policy, ChainCache(verifier) if verifier is not None else None)
+    def build(
+        cls, policy: Policy, verifier: FrontProxyVerifier | None, reader: FrontProxyVerifier | None = None
+    ) -> Authority:
+        return cls(
+            policy,
+            ChainCache(verifier) if verifier is not None else None,
+            ChainCache(reader) if reader is not None else None,
+        )
 
 
 class LoadReportMiddleware:
@@ -179,16 +186,19 @@ class LoadReportMiddleware:
         now = dt.datetime.now(dt.UTC)
         tls = scope.get("extensions", {}).get("tls") or {}
         chain = tls.get("client_cert_chain")
-        identity = NO_CERTIFICATE
-        if chain and authority.chains:
+        identity = reader = NO_CERTIFICATE
+        if chain and (authority.chains or authority.readers):
             memo = scope.get("extensions", {}).get(CONNECTION_KEY)
             key = memo.chain_key if memo is not None else None
             if key is None:  # once per connection: the chain of a connection never changes
                 key = ChainCache.key(tuple(chain))
                 if memo is not None:
                     memo.chain_key = key
-            identity = authority.chains.lookup(tuple(chain), now, key)
-        return authority.policy.decide(optin_values, identity, now)
+            if authority.chains:
+                identity = authority.chains.lookup(tuple(chain), now, key)
+            if authority.readers:
+                reader = authority.readers.lookup(tuple(chain), now, key)
+        return authority.policy.decide(optin_values, identity, now, reader)
 
     def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
         """In once-per-sample mode, whether this connection has not had this sample yet (and now has)."""

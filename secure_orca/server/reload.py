@@ -57,6 +57,7 @@ CLIENT_CA = "--client-ca-file"
 REQUESTHEADER_CA = "--requestheader-client-ca-file"
 ALLOWED_NAMES = "--requestheader-allowed-names-file"
 SECRET = "--endpoint-load-metrics-secret-file"
+LOAD_READER_CA = "--endpoint-load-metrics-client-ca-file"
 
 
 @dataclass
@@ -70,6 +71,8 @@ class TrustFiles:
     allowed_names_file: Path | None = None
     secret_file: Path | None = None
     allowed_names: list[str] = field(default_factory=list)  # from --requestheader-allowed-names
+    load_reader_ca: Path | None = None
+    load_reader_names: list[str] = field(default_factory=list)  # from --endpoint-load-metrics-allowed-names
 
 
 def parse_allowed_names(data: bytes, path: Path) -> list[str]:
@@ -94,6 +97,7 @@ class Material:
     roots: list[x509.Certificate] | None = None
     names: list[str] = field(default_factory=list)
     secrets: SecretSet | None = None
+    reader_roots: list[x509.Certificate] | None = None
 
 
 @dataclass
@@ -154,6 +158,7 @@ class Reloader:
             (REQUESTHEADER_CA, f.requestheader_ca),
             (ALLOWED_NAMES, f.allowed_names_file),
             (SECRET, f.secret_file if "shared-secret" in self.modes else None),
+            (LOAD_READER_CA, f.load_reader_ca if "load-reader" in self.modes else None),
         ]
         sources += [Source(flag, (path,)) for flag, path in optional if path is not None]
         return sources
@@ -165,7 +170,7 @@ class Reloader:
             cert, key = paths
             check_key_pair(cert, key)
             return None
-        if flag in (CLIENT_CA, REQUESTHEADER_CA):
+        if flag in (CLIENT_CA, REQUESTHEADER_CA, LOAD_READER_CA):
             return parse_cert_bundle(contents[0].data, flag, paths[0])
         if flag == ALLOWED_NAMES:
             return parse_allowed_names(contents[0].data, paths[0])
@@ -201,6 +206,8 @@ class Reloader:
             return replace(m, names=value)
         if flag == SECRET:
             return replace(m, secrets=value)
+        if flag == LOAD_READER_CA:
+            return replace(m, reader_roots=value)
         return m
 
     def _trust_in_handshake(self, certs: list[x509.Certificate]) -> None:
@@ -214,6 +221,10 @@ class Reloader:
         material = self._with(flag, value)
         if material.roots is not None and not material.names and shares_ca(material.client_cas, material.roots):
             raise CredentialError(flag, "a CA is in both CA bundles while no allowed names are set")
+        readers = material.reader_roots
+        others = material.client_cas + (material.roots or [])
+        if readers and not self.files.load_reader_names and shares_ca(others, readers):
+            raise CredentialError(flag, "the load-reader CA is also a client or requestheader CA and no names are set")
         if flag == CLIENT_CA:
             self._trust_in_handshake(material.client_cas)
             if self.on_client_ca is not None:
@@ -222,8 +233,11 @@ class Reloader:
             verifier = FrontProxyVerifier(material.roots, material.names) if material.roots else None
             if flag == REQUESTHEADER_CA and material.roots:
                 self._trust_in_handshake(material.roots)  # new requestheader CAs must complete handshakes too
+            if flag == LOAD_READER_CA and readers:
+                self._trust_in_handshake(readers)
+            reader = FrontProxyVerifier(readers, self.files.load_reader_names) if readers else None
             policy = Policy(self.middleware.authority.policy.modes, material.secrets)
-            self.middleware.authority = Authority.build(policy, verifier)
+            self.middleware.authority = Authority.build(policy, verifier, reader)
         self.material = material
 
     def apply(self, outcomes: list[Outcome]) -> list[str]:
