@@ -1,0 +1,62 @@
+"""Run ``secure-orca`` with every source of instruction-count drift pinned (for runs under valgrind).
+
+    python -m benchmarks.pinned serve --bind-address 127.0.0.1 ...
+
+What would make two runs of the same requests execute different instructions, and how it is pinned:
+
+- hash seed: the caller sets ``PYTHONHASHSEED=0`` (it must be set before the interpreter starts);
+- UUIDs: the demo backend's ``audit-id`` is a random UUID whose characters change HPACK's Huffman work;
+  ``uuid.uuid4`` draws from a seeded generator instead (same sequence every run);
+- time: hypercorn's ``date`` response header changes once a second, so a slower run would add more HPACK
+  table insertions; it is fixed to one instant (``time.time`` as hypercorn's config module sees it);
+- the sampler's timer: ticks follow wall time, not requests, so the launcher publishes the first report as
+  ``start()`` does and never ticks again (the sampler's own cost is measured per tick, elsewhere);
+- GC: collections follow allocation counts, which are deterministic once the above are; start-up objects are
+  frozen (``gc.freeze``) so every measured phase scans the same young generation.
+
+Nothing on the request path is replaced: the middleware, policy, hypercorn and h2 run unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+import sys
+import uuid
+from collections.abc import Sequence
+
+FIXED_TIME = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC: one fixed Date header
+_uuids = random.Random(0)
+
+
+def _seeded_uuid4() -> uuid.UUID:
+    return uuid.UUID(int=_uuids.getrandbits(128), version=4)
+
+
+def pin() -> None:
+    """Pin UUIDs, the Date header's clock, the sampler's timer and the GC's start-up generation."""
+    import hypercorn.config
+
+    from secure_orca.server.sampler import Sampler
+
+    uuid.uuid4 = _seeded_uuid4
+    setattr(hypercorn.config, "time", lambda: FIXED_TIME)
+
+    async def no_ticks(self: Sampler) -> None:
+        await asyncio.Event().wait()
+
+    setattr(Sampler, "_run", no_ticks)
+    gc.collect()
+    gc.freeze()
+
+
+def main(argv: Sequence[str]) -> int:
+    pin()
+    from secure_orca.cli import main as cli_main
+
+    return cli_main(list(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
