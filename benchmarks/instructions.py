@@ -148,7 +148,8 @@ def attribute(on: tuple[Path, Path], off: tuple[Path, Path], requests: int, top:
     (long window, short window) and ``requests`` their difference in requests."""
     on_diff = window_difference(function_costs(on[0]), function_costs(on[1]))
     off_diff = window_difference(function_costs(off[0]), function_costs(off[1]))
-    delta = {name: (on_diff.get(name, 0) - off_diff.get(name, 0)) / requests for name in on_diff.keys() | off_diff.keys()}
+    names = on_diff.keys() | off_diff.keys()
+    delta = {name: (on_diff.get(name, 0) - off_diff.get(name, 0)) / requests for name in names}
     return sorted(delta.items(), key=lambda item: -abs(item[1]))[:top]
 
 
@@ -243,8 +244,8 @@ async def _child_inprocess(args: argparse.Namespace) -> None:
     chosen = [v for v in variants(bench) if v.key in args.variants]
     runs: list[tuple[str, Any, dict[str, Any]]] = []
     for v in chosen:
-        scope = make_scope(v.identity)
         for server in ("on", "off"):
+            scope = make_scope(v.identity)  # one connection per (server, client)
             if await _attached(apps[server], scope) != (v.attached and server == "on"):
                 raise BenchError(f"in process, {v.key} on {server}: unexpected report outcome")
             runs.append((f"{server}/{v.key}", apps[server], scope))
@@ -452,8 +453,10 @@ def request_table(result: dict[str, Any], chosen: Sequence[Variant], *, targets:
             row += [goal, "yes" if meets(v.target, on, off) else "**no**"]
         rows.append(row)
     if "pass-through" in per:
-        rows.append(["pass-through middleware, no feature code", "—", _k(per["pass-through"].median), "", "", ""]
-                    + (["", ""] if targets else []))
+        rows.append(
+            ["pass-through middleware, no feature code", "—", _k(per["pass-through"].median), "", "", ""]
+            + (["", ""] if targets else [])
+        )
     header = ["client", "off: instr/request", "on: instr/request", "on − off", "on ÷ off [min, max]", "spread"]
     return markdown_table(header + (["target", "met"] if targets else []), rows)
 
@@ -476,7 +479,8 @@ def connection_table(result: dict[str, Any]) -> str:
 
 
 def attribution_table(rows: Sequence[tuple[str, float]]) -> str:
-    return markdown_table(["function (C level)", "on − off, instr/request"], [[f"`{n}`", f"{d:+,.0f}"] for n, d in rows])
+    cells = [[f"`{name}`", f"{delta:+,.0f}"] for name, delta in rows]
+    return markdown_table(["function (C level)", "on − off, instr/request"], cells)
 
 
 def render(results: dict[str, Any], chosen: Sequence[Variant]) -> str:
@@ -498,8 +502,11 @@ def render(results: dict[str, Any], chosen: Sequence[Variant]) -> str:
                 f"requests) ÷ {s['connections'] - 1}, {s['repeats']} repeats.\n",
             ]
         for key, rows in s.get("attribution", {}).items():
-            parts += [f"#### Where the difference goes, whole server, {key} (callgrind, top entries)\n",
-                      attribution_table(rows), ""]
+            parts += [
+                f"#### Where the difference goes, whole server, {key} (callgrind, top entries)\n",
+                attribution_table(rows),
+                "",
+            ]
     if "inprocess" in results:
         p = results["inprocess"]
         parts += [

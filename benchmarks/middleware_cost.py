@@ -18,6 +18,7 @@ from secure_orca.orca.headers import REPORT as REPORT_HEADER
 from secure_orca.server import demo
 from secure_orca.server.assembly import build_app
 from secure_orca.server.config import ServeConfig, build_config
+from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 from secure_orca.server.sampler import Sampler
 
 from .common import BenchError, BenchPKI, Identity, Spread, markdown_table, parse_serve_flags, rotated
@@ -47,7 +48,8 @@ async def _discard(message: dict[str, Any]) -> None:
 
 
 def make_scope(identity: Identity) -> Scope:
-    """A request scope as hypercorn builds it for an h2load GET of /healthz, with the TLS extension."""
+    """A request scope as ``serve`` builds it for an h2load GET of /healthz: the TLS extension and the
+    connection's memo (one connection per scope)."""
     headers = [(b"user-agent", b"h2load nghttp2/1.52.0"), (b"accept", b"*/*"), (b"host", b"127.0.0.1")]
     if identity.optin is not None:
         headers.append((OPTIN, identity.optin.encode()))
@@ -66,7 +68,7 @@ def make_scope(identity: Identity) -> Scope:
         "headers": headers,
         "client": ("127.0.0.1", 40000),
         "server": ("127.0.0.1", 6443),
-        "extensions": {"tls": tls},
+        "extensions": {"tls": tls, CONNECTION_KEY: ConnectionMemo()},
     }
 
 

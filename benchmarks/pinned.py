@@ -41,12 +41,12 @@ def pin() -> None:
     from secure_orca.server.sampler import Sampler
 
     uuid.uuid4 = _seeded_uuid4
-    setattr(hypercorn.config, "time", lambda: FIXED_TIME)
+    hypercorn.config.time = lambda: FIXED_TIME
 
     async def no_ticks(self: Sampler) -> None:
         await asyncio.Event().wait()
 
-    setattr(Sampler, "_run", no_ticks)
+    Sampler._run = no_ticks
     gc.collect()
     gc.freeze()
 
