@@ -9,6 +9,8 @@ policy grants it. The client identity comes from the ASGI TLS extension, ``scope
 from __future__ import annotations
 
 import datetime as dt
+import hmac
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,13 +38,43 @@ ATTACH_MODES = ("every-response", "once-per-sample")
 
 
 class ConnectionMemo:
-    """Per-connection memory (the server puts one in every request scope of a connection): the report tuple
-    last attached on it, so ``once-per-sample`` can skip repeats that HPACK would still pay for."""
+    """Per-connection memory (the server puts one in every request scope of a connection).
 
-    __slots__ = ("last",)
+    ``last``: the report tuple last attached on it, so ``once-per-sample`` can skip repeats that HPACK would
+    still pay for. The other fields remember the last opt-in decision, so a load balancer's connection pays for
+    its chain lookup, opt-in parse and secret hash once, not on every request: the decision is reused only
+    under the same Authority (a credential reload replaces it), for the same single opt-in value (compared in
+    constant time), and while the front-proxy certificate's validity at the current time is what it was.
+    """
+
+    __slots__ = ("authority", "decision", "held", "identity", "last", "optin", "valid_from", "valid_until")
 
     def __init__(self) -> None:
         self.last: tuple[bytes, bytes] | None = None
+        self.authority: Authority | None = None  # under which the fields below were computed
+        self.identity: FrontProxyResult = NO_CERTIFICATE
+        self.valid_from = 1  # microseconds since the epoch in which identity holds; empty when it never does
+        self.valid_until = 0
+        self.optin: bytes | None = None  # the single opt-in value ``decision`` was made for
+        self.held = False
+        self.decision = NO_OPT_IN
+
+    def remember(self, authority: Authority, identity: FrontProxyResult) -> None:
+        """The connection's front-proxy identity under ``authority`` (forgets the last decision)."""
+        self.authority, self.identity, self.optin = authority, identity, None
+        if identity.ok and identity.valid_from is not None and identity.valid_until is not None:
+            self.valid_from, self.valid_until = microseconds(identity.valid_from), microseconds(identity.valid_until)
+        else:
+            self.valid_from, self.valid_until = 1, 0
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def microseconds(moment: dt.datetime) -> int:
+    """An aware datetime as whole microseconds since the epoch (exact, unlike a float timestamp)."""
+    return (moment - EPOCH) // _MICROSECOND
 
 
 def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
@@ -118,11 +150,31 @@ class LoadReportMiddleware:
         if not self.enabled:
             return FEATURE_OFF
         authority = self.authority  # one read: a reload swaps policy and trust together
-        now = dt.datetime.now(dt.UTC)
-        tls = scope.get("extensions", {}).get("tls") or {}
+        now = time.time_ns() // 1000  # microseconds, the resolution of datetime
+        extensions = scope.get("extensions") or {}
+        memo: ConnectionMemo | None = extensions.get(CONNECTION_KEY)
+        if memo is None:
+            identity = self.identify(extensions, authority, now)
+            return authority.policy.decide(optin_values, identity, EPOCH + now * _MICROSECOND)
+        if memo.authority is not authority:
+            memo.remember(authority, self.identify(extensions, authority, now))
+        held = memo.valid_from <= now <= memo.valid_until  # exactly FrontProxyResult.holds_at, in microseconds
+        single = len(optin_values) == 1
+        if single and held is memo.held and memo.optin is not None and hmac.compare_digest(optin_values[0], memo.optin):
+            return memo.decision
+        decision = authority.policy.decide(optin_values, memo.identity, EPOCH + now * _MICROSECOND)
+        if single:
+            memo.optin, memo.held, memo.decision = optin_values[0], held, decision
+        return decision
+
+    @staticmethod
+    def identify(extensions: Scope, authority: Authority, now: int) -> FrontProxyResult:
+        """The front-proxy result for the connection's presented chain (verified once per distinct chain)."""
+        tls = extensions.get("tls") or {}
         chain = tls.get("client_cert_chain")
-        identity = authority.chains.lookup(tuple(chain), now) if chain and authority.chains else NO_CERTIFICATE
-        return authority.policy.decide(optin_values, identity, now)
+        if not chain or authority.chains is None:
+            return NO_CERTIFICATE
+        return authority.chains.lookup(tuple(chain), EPOCH + now * _MICROSECOND)
 
     def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
         """In once-per-sample mode, whether this connection has not had this sample yet (and now has)."""
@@ -164,13 +216,15 @@ class LoadReportMiddleware:
                     header = self.sampler.header
                     if granted.attach and header is not None and self._fresh(scope, header):
                         attach = header
-                if attach is not None or any(name.lower() in _ORCA for name, _ in headers):
+                if any(name.lower() in _ORCA for name, _ in headers):  # the same scan with the feature off
                     kept, removed = strip_orca(list(headers))
-                    if removed and self.on_stripped is not None:
+                    if self.on_stripped is not None:
                         self.on_stripped(removed)
                     if attach is not None:
                         kept.append(attach)
                     message = dict(message, headers=kept)
+                elif attach is not None:
+                    message = dict(message, headers=[*headers, attach])
             await send(message)
 
         try:
