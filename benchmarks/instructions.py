@@ -264,7 +264,7 @@ async def _child_inprocess(args: argparse.Namespace) -> None:
             for count in (args.baseline, args.requests):
                 marks.marks_zero()
                 await requests(app, scope, count)
-                marks.marks_dump(f"{label}|{count}|{repeat}".encode())
+                marks.marks_dump(f"{label},{count},{repeat}".encode())
 
 
 def run_inprocess(
@@ -280,11 +280,11 @@ def run_inprocess(
     if done.returncode != 0:
         raise BenchError(f"in-process run failed ({done.returncode}): {done.stderr[-2000:]}")
     dumps = dumps_by_label(workdir, prefix.name)
-    labels = sorted({label.split("|")[0] for label in dumps if "|" in label})
+    labels = sorted({label.split(",")[0] for label in dumps if "," in label})
     per_request = {
         label: Counted(
             tuple(
-                (dump_total(dumps[f"{label}|{requests}|{r}"]) - dump_total(dumps[f"{label}|{baseline}|{r}"]))
+                (dump_total(dumps[f"{label},{requests},{r}"]) - dump_total(dumps[f"{label},{baseline},{r}"]))
                 / (requests - baseline)
                 for r in range(repeats)
             )
@@ -316,6 +316,8 @@ class CountedServer:
 
     @contextmanager
     def window(self, label: str) -> Iterator[None]:
+        """Count what happens inside the block as one dump named ``label`` (no shell metacharacters:
+        callgrind_control hands it to vgdb through a shell)."""
         self.control("--zero")
         yield
         self.control(f"--dump={label}")
@@ -378,15 +380,15 @@ def run_server(
             for repeat in range(repeats):
                 for v in chosen:
                     for count in (baseline, requests):
-                        label = f"{server_name}/{v.key}|{count}|{repeat}"
+                        label = f"{server_name}/{v.key},{count},{repeat}"
                         with server.window(label):
                             _h2load(server, v.identity, count, shim, workdir)
                 if enabled and connections > 1:
                     for name, identity in connection_identities(bench).items():
-                        with server.window(f"{server_name}/conn-{name}|many|{repeat}"):
+                        with server.window(f"{server_name}/conn-{name},many,{repeat}"):
                             for _ in range(connections):
                                 _h2load(server, identity, 1, shim, workdir)
-                        with server.window(f"{server_name}/conn-{name}|one|{repeat}"):
+                        with server.window(f"{server_name}/conn-{name},one,{repeat}"):
                             _h2load(server, identity, connections, shim, workdir)
             server.control("--instr=off")
             found = server.dumps()
@@ -396,7 +398,7 @@ def run_server(
             label = f"{server_name}/{v.key}"
             per_request[label] = Counted(
                 tuple(
-                    (windows[f"{label}|{requests}|{r}"] - windows[f"{label}|{baseline}|{r}"]) / (requests - baseline)
+                    (windows[f"{label},{requests},{r}"] - windows[f"{label},{baseline},{r}"]) / (requests - baseline)
                     for r in range(repeats)
                 )
             )
@@ -405,7 +407,7 @@ def run_server(
                 label = f"{server_name}/conn-{name}"
                 per_connection[name] = Counted(
                     tuple(
-                        (windows[f"{label}|many|{r}"] - windows[f"{label}|one|{r}"]) / (connections - 1)
+                        (windows[f"{label},many,{r}"] - windows[f"{label},one,{r}"]) / (connections - 1)
                         for r in range(repeats)
                     )
                 )
@@ -559,8 +561,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         if args.attribute:
             s["attribution"] = {
                 v.key: attribute(
-                    (s["dumps"][f"on/{v.key}|{args.requests}|0"], s["dumps"][f"on/{v.key}|{args.baseline}|0"]),
-                    (s["dumps"][f"off/{v.key}|{args.requests}|0"], s["dumps"][f"off/{v.key}|{args.baseline}|0"]),
+                    (s["dumps"][f"on/{v.key},{args.requests},0"], s["dumps"][f"on/{v.key},{args.baseline},0"]),
+                    (s["dumps"][f"off/{v.key},{args.requests},0"], s["dumps"][f"off/{v.key},{args.baseline},0"]),
                     args.requests - args.baseline,
                 )
                 for v in variants(bench)
