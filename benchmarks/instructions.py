@@ -53,6 +53,7 @@ from .common import (
     BenchPKI,
     jsonable,
     markdown_table,
+    process_cpu,
     report_attached,
     wait_listening,
 )
@@ -60,6 +61,8 @@ from .common import (
 MARKS_SOURCE = Path(__file__).with_name("instr_marks.c")
 VALGRIND = ("valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no", "--dump-instr=no")
 PINNED_ENV = {"PYTHONHASHSEED": "0"}
+SETTLE_POLL = 0.1  # seconds between looks at the server's CPU time
+SETTLE_QUIET = 3  # looks in a row without CPU time: the server is idle
 
 
 # ---- variants ---------------------------------------------------------------------------------------------
@@ -90,7 +93,7 @@ def variants(bench: BenchPKI) -> list[Variant]:
 # ---- reading callgrind dumps ------------------------------------------------------------------------------
 
 _SUMMARY = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
-_DESC = re.compile(r"^desc: Trigger: (?:Client Request: )?(?:--dump=)?(.*)$", re.MULTILINE)
+_DESC = re.compile(r"^desc: Trigger: (?:Client Request: |dump )?(.*)$", re.MULTILINE)
 _ANNOTATED = re.compile(r"^\s*([\d,]+)\s+\(\s*[-\d.]+%\)\s+(.+?)\s*$")
 
 
@@ -231,7 +234,7 @@ IN_PROCESS_EXTRA = ("pass-through",)  # the demo backend behind a middleware tha
 async def _child_inprocess(args: argparse.Namespace) -> None:
     """Runs under valgrind: warm every app, then count windows of M and N requests per (server, variant)."""
     from benchmarks.middleware_cost import PassThrough, _attached, _discard, _receive, build_middleware, make_scope
-    from benchmarks.pinned import pin
+    from benchmarks.pinned import pin, reset
     from secure_orca.server import demo
     from secure_orca.server.sampler import Sampler
 
@@ -262,6 +265,7 @@ async def _child_inprocess(args: argparse.Namespace) -> None:
     for repeat in range(args.repeats):
         for label, app, scope in runs:
             for count in (args.baseline, args.requests):
+                reset()
                 marks.marks_zero()
                 await requests(app, scope, count)
                 marks.marks_dump(f"{label},{count},{repeat}".encode())
@@ -314,12 +318,25 @@ class CountedServer:
             ["callgrind_control", *args, str(self.process.pid)], check=True, capture_output=True, timeout=120
         )
 
+    def settle(self) -> None:
+        """Wait until the server has finished what the last client left it (closing the connection, cancelling
+        its tasks): its CPU time stops moving. A dump taken earlier would cut that work at a random point."""
+        last, quiet = process_cpu(self.process.pid), 0
+        while quiet < SETTLE_QUIET:
+            time.sleep(SETTLE_POLL)
+            now = process_cpu(self.process.pid)
+            quiet = quiet + 1 if now == last else 0
+            last = now
+
     @contextmanager
     def window(self, label: str) -> Iterator[None]:
         """Count what happens inside the block as one dump named ``label`` (no shell metacharacters:
         callgrind_control hands it to vgdb through a shell)."""
+        self.process.send_signal(signal.SIGUSR1)  # benchmarks.pinned.reset: same GC and UUID state
+        self.settle()
         self.control("--zero")
         yield
+        self.settle()
         self.control(f"--dump={label}")
 
     def dumps(self) -> dict[str, Path]:

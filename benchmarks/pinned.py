@@ -11,8 +11,10 @@ What would make two runs of the same requests execute different instructions, an
   table insertions; it is fixed to one instant (``time.time`` as hypercorn's config module sees it);
 - the sampler's timer: ticks follow wall time, not requests, so the launcher publishes the first report as
   ``start()`` does and never ticks again (the sampler's own cost is measured per tick, elsewhere);
-- GC: collections follow allocation counts, which are deterministic once the above are; start-up objects are
-  frozen (``gc.freeze``) so every measured phase scans the same young generation.
+- GC: collections follow allocation counts, so a window that starts at another point of the GC's cycle sees
+  collections at other points; start-up objects are frozen (``gc.freeze``), and ``SIGUSR1`` (sent by the
+  harness before each counted window) runs a full collection and re-seeds the UUIDs, so every window starts
+  from the same GC and UUID state.
 
 Nothing on the request path is replaced: the middleware, policy, hypercorn and h2 run unchanged.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import signal
 import sys
 import uuid
 from collections.abc import Sequence
@@ -34,8 +37,15 @@ def _seeded_uuid4() -> uuid.UUID:
     return uuid.UUID(int=_uuids.getrandbits(128), version=4)
 
 
+def reset() -> None:
+    """The same GC and UUID state at the start of every counted window."""
+    _uuids.seed(0)
+    gc.collect()
+
+
 def pin() -> None:
-    """Pin UUIDs, the Date header's clock, the sampler's timer and the GC's start-up generation."""
+    """Pin UUIDs, the Date header's clock, the sampler's timer and the GC's start-up generation; ``SIGUSR1``
+    calls ``reset``."""
     import hypercorn.config
 
     from secure_orca.server.sampler import Sampler
@@ -49,6 +59,7 @@ def pin() -> None:
     Sampler._run = no_ticks
     gc.collect()
     gc.freeze()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: reset())
 
 
 def main(argv: Sequence[str]) -> int:

@@ -77,6 +77,16 @@ def microseconds(moment: dt.datetime) -> int:
     return (moment - EPOCH) // _MICROSECOND
 
 
+def now_us() -> int:
+    """The current time in microseconds since the epoch, the resolution of datetime."""
+    return time.time_ns() // 1000
+
+
+def at(us: int) -> dt.datetime:
+    """Microseconds since the epoch as an aware datetime (the inverse of ``microseconds``)."""
+    return EPOCH + us * _MICROSECOND
+
+
 def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
     """Headers without ORCA fields (names compared case-insensitively), and how many were removed."""
     kept = [h for h in headers if h[0].lower() not in _ORCA]
@@ -150,19 +160,20 @@ class LoadReportMiddleware:
         if not self.enabled:
             return FEATURE_OFF
         authority = self.authority  # one read: a reload swaps policy and trust together
-        now = time.time_ns() // 1000  # microseconds, the resolution of datetime
         extensions = scope.get("extensions") or {}
         memo: ConnectionMemo | None = extensions.get(CONNECTION_KEY)
         if memo is None:
-            identity = self.identify(extensions, authority, now)
-            return authority.policy.decide(optin_values, identity, EPOCH + now * _MICROSECOND)
+            now = now_us()
+            return authority.policy.decide(optin_values, self.identify(extensions, authority, now), at(now))
         if memo.authority is not authority:
-            memo.remember(authority, self.identify(extensions, authority, now))
+            memo.remember(authority, self.identify(extensions, authority, now_us()))
+        # Only a certificate that holds at some time makes the decision depend on the clock.
+        now = now_us() if memo.valid_from <= memo.valid_until else 0
         held = memo.valid_from <= now <= memo.valid_until  # exactly FrontProxyResult.holds_at, in microseconds
         single = len(optin_values) == 1
         if single and held is memo.held and memo.optin is not None and hmac.compare_digest(optin_values[0], memo.optin):
             return memo.decision
-        decision = authority.policy.decide(optin_values, memo.identity, EPOCH + now * _MICROSECOND)
+        decision = authority.policy.decide(optin_values, memo.identity, at(now or now_us()))
         if single:
             memo.optin, memo.held, memo.decision = optin_values[0], held, decision
         return decision
@@ -174,12 +185,10 @@ class LoadReportMiddleware:
         chain = tls.get("client_cert_chain")
         if not chain or authority.chains is None:
             return NO_CERTIFICATE
-        return authority.chains.lookup(tuple(chain), EPOCH + now * _MICROSECOND)
+        return authority.chains.lookup(tuple(chain), at(now))
 
     def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
         """In once-per-sample mode, whether this connection has not had this sample yet (and now has)."""
-        if not self.once_per_sample:
-            return True
         memo = scope.get("extensions", {}).get(CONNECTION_KEY)
         if memo is None:
             return True
@@ -214,7 +223,8 @@ class LoadReportMiddleware:
                     if status == 429 or status >= 500:
                         counters.errors += 1
                     header = self.sampler.header
-                    if granted.attach and header is not None and self._fresh(scope, header):
+                    once = self.once_per_sample
+                    if granted.attach and header is not None and (not once or self._fresh(scope, header)):
                         attach = header
                 if any(name.lower() in _ORCA for name, _ in headers):  # the same scan with the feature off
                     kept, removed = strip_orca(list(headers))
