@@ -61,6 +61,7 @@ from .common import (
 MARKS_SOURCE = Path(__file__).with_name("instr_marks.c")
 VALGRIND = ("valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no", "--dump-instr=no")
 PINNED_ENV = {"PYTHONHASHSEED": "0"}
+LAYOUT_ENV = "SECURE_ORCA_BENCH_LAYOUT"  # read by benchmarks.pinned
 SETTLE_POLL = 0.1  # seconds between looks at the server's CPU time
 SETTLE_QUIET = 3  # looks in a row without CPU time: the server is idle
 
@@ -344,7 +345,8 @@ class CountedServer:
 
 
 @contextmanager
-def counted_server(bench: BenchPKI, workdir: Path, *, enabled: bool) -> Iterator[CountedServer]:
+def counted_server(bench: BenchPKI, workdir: Path, *, enabled: bool, layout: int = 0) -> Iterator[CountedServer]:
+    """``serve`` with the benchmark flags under callgrind (instrumentation off until ``--instr=on``)."""
     port = launch.free_port(HOST)
     argv = bench.serve_argv(enabled=enabled)
     argv[argv.index("--secure-port") + 1] = str(port)
@@ -352,7 +354,8 @@ def counted_server(bench: BenchPKI, workdir: Path, *, enabled: bool) -> Iterator
     argv += ["--credential-reload-interval", "1h"]  # no credential re-reads inside a window
     prefix = workdir / ("server-on" if enabled else "server-off")
     log = (workdir / f"{prefix.name}.log").open("wb")
-    process = subprocess.Popen(valgrind_argv(prefix, argv), env=pinned_env(), stdout=log, stderr=subprocess.STDOUT)
+    env = pinned_env() | {LAYOUT_ENV: str(layout)}
+    process = subprocess.Popen(valgrind_argv(prefix, argv), env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_listening(port, timeout=180)
         yield CountedServer(process, port, prefix)
@@ -380,25 +383,24 @@ def run_server(
     keys: Sequence[str],
     connections: int,
 ) -> dict[str, Any]:
-    """Per-request instructions of the whole server for each variant on and off, and per new connection."""
+    """Per-request instructions of the whole server for each variant on and off, and per new connection.
+    Each repeat starts both servers afresh with another memory layout (``benchmarks.pinned``), so the spread
+    includes what addresses alone change (CPython's type-attribute cache is indexed by address)."""
     shim = build_shim(workdir / "shim")
     chosen = [v for v in variants(bench) if v.key in keys]
-    per_request: dict[str, Counted] = {}
-    per_connection: dict[str, Counted] = {}
+    windows: dict[str, int] = {}
     dumps: dict[str, Path] = {}
-    for server_name, enabled in (("off", False), ("on", True)):
-        with counted_server(bench, workdir, enabled=enabled) as server:
-            for v in chosen:  # outcome check and warm-up, not counted
-                if report_attached(server.url, v.identity, bench.dev.cert("ca")) != (v.attached and enabled):
-                    raise BenchError(f"server {server_name}, {v.key}: unexpected report outcome")
-                _h2load(server, v.identity, baseline, shim, workdir)
-            server.control("--instr=on")
-            windows: dict[str, int] = {}
-            for repeat in range(repeats):
+    for repeat in range(repeats):
+        for server_name, enabled in (("off", False), ("on", True)):
+            with counted_server(bench, workdir, enabled=enabled, layout=repeat) as server:
+                for v in chosen:  # outcome check and warm-up, not counted
+                    if report_attached(server.url, v.identity, bench.dev.cert("ca")) != (v.attached and enabled):
+                        raise BenchError(f"server {server_name}, {v.key}: unexpected report outcome")
+                    _h2load(server, v.identity, baseline, shim, workdir)
+                server.control("--instr=on")
                 for v in chosen:
                     for count in (baseline, requests):
-                        label = f"{server_name}/{v.key},{count},{repeat}"
-                        with server.window(label):
+                        with server.window(f"{server_name}/{v.key},{count},{repeat}"):
                             _h2load(server, v.identity, count, shim, workdir)
                 if enabled and connections > 1:
                     for name, identity in connection_identities(bench).items():
@@ -407,27 +409,25 @@ def run_server(
                                 _h2load(server, identity, 1, shim, workdir)
                         with server.window(f"{server_name}/conn-{name},one,{repeat}"):
                             _h2load(server, identity, connections, shim, workdir)
-            server.control("--instr=off")
-            found = server.dumps()
+                server.control("--instr=off")
+                found = server.dumps()
             dumps |= found
-            windows = {label: dump_total(path) for label, path in found.items()}
-        for v in chosen:
-            label = f"{server_name}/{v.key}"
-            per_request[label] = Counted(
-                tuple(
-                    (windows[f"{label},{requests},{r}"] - windows[f"{label},{baseline},{r}"]) / (requests - baseline)
-                    for r in range(repeats)
-                )
-            )
-        if enabled and connections > 1:
-            for name in connection_identities(bench):
-                label = f"{server_name}/conn-{name}"
-                per_connection[name] = Counted(
-                    tuple(
-                        (windows[f"{label},many,{r}"] - windows[f"{label},one,{r}"]) / (connections - 1)
-                        for r in range(repeats)
-                    )
-                )
+            windows |= {label: dump_total(path) for label, path in found.items() if "," in label}
+
+    def per(label: str, long: str, short: str, units: int) -> Counted:
+        return Counted(tuple((windows[f"{label},{long},{r}"] - windows[f"{label},{short},{r}"]) / units
+                             for r in range(repeats)))  # fmt: skip
+
+    per_request = {
+        f"{server}/{v.key}": per(f"{server}/{v.key}", str(requests), str(baseline), requests - baseline)
+        for server in ("off", "on")
+        for v in chosen
+    }
+    per_connection = {}
+    if connections > 1:
+        per_connection = {
+            name: per(f"on/conn-{name}", "many", "one", connections - 1) for name in connection_identities(bench)
+        }
     return {
         "requests": requests,
         "baseline": baseline,

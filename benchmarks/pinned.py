@@ -16,6 +16,12 @@ What would make two runs of the same requests execute different instructions, an
   harness before each counted window) runs a full collection and re-seeds the UUIDs, so every window starts
   from the same GC and UUID state.
 
+What is not pinned but varied on purpose: the memory layout. CPython caches type attributes in a table indexed
+by the attribute name's address, so two processes that differ only in where their objects landed can differ
+by a few thousand instructions per request. ``SECURE_ORCA_BENCH_LAYOUT=k`` allocates k blocks before anything
+else is imported, shifting every later address; the harness uses one layout per repeat, so the spread over
+repeats includes this effect instead of hiding it in one lucky or unlucky layout.
+
 Nothing on the request path is replaced: the middleware, policy, hypercorn and h2 run unchanged.
 """
 
@@ -23,12 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import random
 import signal
 import sys
 import uuid
 from collections.abc import Sequence
 
+_LAYOUT_PADDING = [bytes(40 + 8 * (i % 50)) for i in range(977 * int(os.environ.get("SECURE_ORCA_BENCH_LAYOUT", "0")))]
 FIXED_TIME = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC: one fixed Date header
 _uuids = random.Random(0)
 
