@@ -6,13 +6,13 @@
 
 Every figure is a difference of two counted windows, a run of N requests minus a run of M on the same warm
 process, divided by N - M: start-up, imports, the TLS handshake and the connection's end cancel out. Wall time
-never enters. Drift sources are pinned by ``benchmarks.pinned`` (hash seed, UUIDs, the Date header's clock, the
+never enters. Drift sources are pinned by ``secure_orca.lab.pinned`` (hash seed, UUIDs, the Date header's clock, the
 sampler's timer, the GC's start-up generation), so repeats agree to about 0.01%.
 
 - **in process**: the ASGI app exactly as ``serve`` builds it (``build_config`` + ``build_app``) around the demo
   backend, called in one event loop; windows are marked from inside with callgrind client requests
   (``instr_marks.c``, compiled on first use).
-- **whole server**: real ``secure-orca serve`` (through ``benchmarks.pinned``) under callgrind, real TLS and
+- **whole server**: real ``secure-orca serve`` (through ``secure_orca.lab.pinned``) under callgrind, real TLS and
   HTTP/2, driven by h2load with one connection and one stream (``-c 1 -m 1``: the same frames every run);
   windows are marked from outside with ``callgrind_control``.
 - **per new connection**: K connections of one request each minus one connection of K requests, over K - 1.
@@ -31,39 +31,29 @@ import json
 import os
 import re
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secure_orca.lab import replicas as launch
-from secure_orca.lab.loadgen import Identity, Load, build_shim, run_h2load
+from secure_orca.lab import instrcount
+from secure_orca.lab.instrcount import Counted, CountedServer, dump_total, dumps_by_label, ratio_range
+from secure_orca.lab.loadgen import Identity
 
 from .common import (
-    HOST,
     PATH,
     BenchError,
     BenchPKI,
     jsonable,
     markdown_table,
-    process_cpu,
     report_attached,
-    wait_listening,
 )
 
 MARKS_SOURCE = Path(__file__).with_name("instr_marks.c")
-VALGRIND = ("valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no", "--dump-instr=no")
-PINNED_ENV = {"PYTHONHASHSEED": "0"}
-LAYOUT_ENV = "SECURE_ORCA_BENCH_LAYOUT"  # read by benchmarks.pinned
-SETTLE_POLL = 0.1  # seconds between looks at the server's CPU time
-SETTLE_QUIET = 3  # looks in a row without CPU time: the server is idle
 
 
 # ---- variants ---------------------------------------------------------------------------------------------
@@ -93,28 +83,7 @@ def variants(bench: BenchPKI) -> list[Variant]:
 
 # ---- reading callgrind dumps ------------------------------------------------------------------------------
 
-_SUMMARY = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
-_DESC = re.compile(r"^desc: Trigger: (?:Client Request: |dump )?(.*)$", re.MULTILINE)
 _ANNOTATED = re.compile(r"^\s*([\d,]+)\s+\(\s*[-\d.]+%\)\s+(.+?)\s*$")
-
-
-def dump_total(path: Path) -> int:
-    """Instructions counted in one callgrind dump."""
-    found = _SUMMARY.search(path.read_text(errors="replace"))
-    if found is None:
-        raise BenchError(f"no summary line in {path}")
-    return int(found.group(1))
-
-
-def dumps_by_label(directory: Path, prefix: str) -> dict[str, Path]:
-    """Dump files of one process (``prefix.N``) keyed by the label given when each was taken."""
-    found: dict[str, Path] = {}
-    for path in directory.glob(f"{prefix}.*"):
-        head = path.read_text(errors="replace")[:4000]
-        match = _DESC.search(head)
-        if match:
-            found[match.group(1).strip()] = path
-    return found
 
 
 def function_name(location: str) -> str:
@@ -160,28 +129,6 @@ def attribute(on: tuple[Path, Path], off: tuple[Path, Path], requests: int, top:
 # ---- statistics -------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Counted:
-    """Instructions per request (or connection) of one variant over repeats."""
-
-    values: tuple[float, ...]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    @property
-    def spread(self) -> float:
-        """(max - min) / median over the repeats: the relative repeat-to-repeat spread."""
-        return (max(self.values) - min(self.values)) / self.median if self.median else 0.0
-
-
-def ratio_range(on: Counted, off: Counted) -> tuple[float, float, float]:
-    """Median, min and max of on/off taken repeat by repeat."""
-    values = [a / b for a, b in zip(on.values, off.values, strict=True)]
-    return statistics.median(values), min(values), max(values)
-
-
 def meets(target: float | None, on: Counted, off: Counted) -> bool:
     median, _, _ = ratio_range(on, off)
     if target is not None:
@@ -193,15 +140,13 @@ def meets(target: float | None, on: Counted, off: Counted) -> bool:
 
 
 def valgrind_available() -> str | None:
-    """Why instruction counts cannot be taken here, or None when they can."""
-    for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
-        if shutil.which(tool) is None:
-            return f"{tool} not found (Debian package valgrind)"
-    if not Path("/usr/include/valgrind/callgrind.h").exists():
-        return "valgrind/callgrind.h not found (Debian package valgrind)"
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        return "no C compiler for the callgrind client-request marks"
-    return None
+    """Why instruction counts cannot be taken here (the in-process marks also need callgrind.h and cc)."""
+    reason = instrcount.valgrind_available()
+    if reason is None and not Path("/usr/include/valgrind/callgrind.h").exists():
+        reason = "valgrind/callgrind.h not found (Debian package valgrind)"
+    if reason is None and shutil.which("cc") is None and shutil.which("gcc") is None:
+        reason = "no C compiler for the callgrind client-request marks"
+    return reason
 
 
 def build_marks(directory: Path | None = None) -> Path:
@@ -215,17 +160,6 @@ def build_marks(directory: Path | None = None) -> Path:
     return target
 
 
-def valgrind_argv(out_prefix: Path, argv: Sequence[str]) -> list[str]:
-    return [*VALGRIND, f"--callgrind-out-file={out_prefix}.%p", *argv]
-
-
-def pinned_env() -> dict[str, str]:
-    env = dict(os.environ) | PINNED_ENV
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
-
-
 # ---- in process -------------------------------------------------------------------------------------------
 
 
@@ -235,7 +169,7 @@ IN_PROCESS_EXTRA = ("pass-through",)  # the demo backend behind a middleware tha
 async def _child_inprocess(args: argparse.Namespace) -> None:
     """Runs under valgrind: warm every app, then count windows of M and N requests per (server, variant)."""
     from benchmarks.middleware_cost import PassThrough, _attached, _discard, _receive, build_middleware, make_scope
-    from benchmarks.pinned import pin, reset
+    from secure_orca.lab.pinned import pin, reset
     from secure_orca.server import demo
     from secure_orca.server.sampler import Sampler
 
@@ -281,7 +215,8 @@ def run_inprocess(
     argv = [sys.executable, "-m", "benchmarks.instructions", "--child-inprocess", "--pki", str(bench.dev.root)]
     argv += ["--marks", str(marks), "--requests", str(requests), "--baseline", str(baseline)]
     argv += ["--repeats", str(repeats), "--variants", ",".join(keys)]
-    done = subprocess.run(valgrind_argv(prefix, argv), env=pinned_env(), capture_output=True, text=True, timeout=1800)
+    command = [*instrcount.VALGRIND, f"--callgrind-out-file={prefix}.%p", *argv]
+    done = subprocess.run(command, env=instrcount.pinned_env(0), capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise BenchError(f"in-process run failed ({done.returncode}): {done.stderr[-2000:]}")
     dumps = dumps_by_label(workdir, prefix.name)
@@ -302,75 +237,18 @@ def run_inprocess(
 # ---- whole server -----------------------------------------------------------------------------------------
 
 
-@dataclass
-class CountedServer:
-    """``secure-orca serve`` (pinned) under callgrind; windows are zeroed and dumped from outside."""
-
-    process: subprocess.Popen[bytes]
-    port: int
-    prefix: Path
-
-    @property
-    def url(self) -> str:
-        return f"https://{HOST}:{self.port}"
-
-    def control(self, *args: str) -> None:
-        subprocess.run(
-            ["callgrind_control", *args, str(self.process.pid)], check=True, capture_output=True, timeout=120
-        )
-
-    def settle(self) -> None:
-        """Wait until the server has finished what the last client left it (closing the connection, cancelling
-        its tasks): its CPU time stops moving. A dump taken earlier would cut that work at a random point."""
-        last, quiet = process_cpu(self.process.pid), 0
-        while quiet < SETTLE_QUIET:
-            time.sleep(SETTLE_POLL)
-            now = process_cpu(self.process.pid)
-            quiet = quiet + 1 if now == last else 0
-            last = now
-
-    @contextmanager
-    def window(self, label: str) -> Iterator[None]:
-        """Count what happens inside the block as one dump named ``label`` (no shell metacharacters:
-        callgrind_control hands it to vgdb through a shell)."""
-        self.process.send_signal(signal.SIGUSR1)  # benchmarks.pinned.reset: same GC and UUID state
-        self.settle()
-        self.control("--zero")
-        yield
-        self.settle()
-        self.control(f"--dump={label}")
-
-    def dumps(self) -> dict[str, Path]:
-        return dumps_by_label(self.prefix.parent, f"{self.prefix.name}.{self.process.pid}")
-
-
-@contextmanager
-def counted_server(bench: BenchPKI, workdir: Path, *, enabled: bool, layout: int = 0) -> Iterator[CountedServer]:
-    """``serve`` with the benchmark flags under callgrind (instrumentation off until ``--instr=on``)."""
-    port = launch.free_port(HOST)
+def counted_server(bench: BenchPKI, workdir: Path, *, enabled: bool, layout: int) -> Any:
+    """``serve`` with the benchmark flags (``BenchPKI.serve_argv``) under callgrind."""
     argv = bench.serve_argv(enabled=enabled)
-    argv[argv.index("--secure-port") + 1] = str(port)
-    argv = [sys.executable, "-m", "benchmarks.pinned", *argv[argv.index("serve") :]]
-    argv += ["--credential-reload-interval", "1h"]  # no credential re-reads inside a window
-    prefix = workdir / ("server-on" if enabled else "server-off")
-    log = (workdir / f"{prefix.name}.log").open("wb")
-    env = pinned_env() | {LAYOUT_ENV: str(layout)}
-    process = subprocess.Popen(valgrind_argv(prefix, argv), env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_listening(port, timeout=180)
-        yield CountedServer(process, port, prefix)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    serve_args = [a for a in argv[argv.index("serve") + 1 :]]
+    for flag in ("--bind-address", "--secure-port"):
+        at = serve_args.index(flag)
+        del serve_args[at : at + 2]
+    return instrcount.counted_server(serve_args, workdir / f"server-{'on' if enabled else 'off'}", layout=layout)
 
 
-def _h2load(server: CountedServer, identity: Identity, requests: int, shim: Path, workdir: Path) -> None:
-    run_h2load(server.url + PATH, Load(1, 1, requests=requests), identity, workdir, shim)
+def _h2load(server: CountedServer, identity: Identity, count: int, workdir: Path) -> None:
+    instrcount.requests(server, identity, count, PATH, workdir)
 
 
 def run_server(
@@ -384,9 +262,8 @@ def run_server(
     connections: int,
 ) -> dict[str, Any]:
     """Per-request instructions of the whole server for each variant on and off, and per new connection.
-    Each repeat starts both servers afresh with another memory layout (``benchmarks.pinned``), so the spread
+    Each repeat starts both servers afresh with another memory layout (``secure_orca.lab.pinned``), so the spread
     includes what addresses alone change (CPython's type-attribute cache is indexed by address)."""
-    shim = build_shim(workdir / "shim")
     chosen = [v for v in variants(bench) if v.key in keys]
     windows: dict[str, int] = {}
     dumps: dict[str, Path] = {}
@@ -396,27 +273,25 @@ def run_server(
                 for v in chosen:  # outcome check and warm-up, not counted
                     if report_attached(server.url, v.identity, bench.dev.cert("ca")) != (v.attached and enabled):
                         raise BenchError(f"server {server_name}, {v.key}: unexpected report outcome")
-                    _h2load(server, v.identity, baseline, shim, workdir)
+                    _h2load(server, v.identity, baseline, workdir)
                 server.control("--instr=on")
                 for v in chosen:
                     for count in (baseline, requests):
                         with server.window(f"{server_name}/{v.key},{count},{repeat}"):
-                            _h2load(server, v.identity, count, shim, workdir)
+                            _h2load(server, v.identity, count, workdir)
                 if enabled and connections > 1:
                     for name, identity in connection_identities(bench).items():
                         with server.window(f"{server_name}/conn-{name},many,{repeat}"):
                             for _ in range(connections):
-                                _h2load(server, identity, 1, shim, workdir)
+                                _h2load(server, identity, 1, workdir)
                         with server.window(f"{server_name}/conn-{name},one,{repeat}"):
-                            _h2load(server, identity, connections, shim, workdir)
+                            _h2load(server, identity, connections, workdir)
                 server.control("--instr=off")
-                found = server.dumps()
-            dumps |= found
-            windows |= {label: dump_total(path) for label, path in found.items() if "," in label}
+                dumps |= server.dumps()
+                windows |= server.totals()
 
     def per(label: str, long: str, short: str, units: int) -> Counted:
-        return Counted(tuple((windows[f"{label},{long},{r}"] - windows[f"{label},{short},{r}"]) / units
-                             for r in range(repeats)))  # fmt: skip
+        return instrcount.per_unit(windows, label, long, short, units, repeats)
 
     per_request = {
         f"{server}/{v.key}": per(f"{server}/{v.key}", str(requests), str(baseline), requests - baseline)

@@ -1,6 +1,6 @@
 """Run ``secure-orca`` with every source of instruction-count drift pinned (for runs under valgrind).
 
-    python -m benchmarks.pinned serve --bind-address 127.0.0.1 ...
+    python -m secure_orca.lab.pinned serve --bind-address 127.0.0.1 ...
 
 What would make two runs of the same requests execute different instructions, and how it is pinned:
 
@@ -36,7 +36,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-_LAYOUT_PADDING = [bytes(40 + 8 * (i % 50)) for i in range(977 * int(os.environ.get("SECURE_ORCA_BENCH_LAYOUT", "0")))]
+_LAYOUT_PADDING = [bytes(40 + 8 * (i % 50)) for i in range(977 * int(os.environ.get("SECURE_ORCA_BENCH_LAYOUT") or 0))]
 FIXED_TIME = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC: one fixed Date header
 _uuids = random.Random(0)
 
@@ -56,15 +56,19 @@ def pin() -> None:
     calls ``reset``."""
     import hypercorn.config
 
+    from secure_orca.server import assembly
     from secure_orca.server.sampler import Sampler
 
-    uuid.uuid4 = _seeded_uuid4
-    hypercorn.config.time = lambda: FIXED_TIME
+    class PinnedSampler(Sampler):
+        """Publishes its first report at start(), then never ticks."""
 
-    async def no_ticks(self: Sampler) -> None:
-        await asyncio.Event().wait()
+        async def _run(self) -> None:
+            await asyncio.Event().wait()
 
-    Sampler._run = no_ticks
+    # Module attributes replaced through vars(): these are deliberate substitutions in a benchmark launcher.
+    vars(uuid)["uuid4"] = _seeded_uuid4
+    vars(hypercorn.config)["time"] = lambda: FIXED_TIME
+    vars(assembly)["Sampler"] = PinnedSampler
     gc.collect()
     gc.freeze()
     signal.signal(signal.SIGUSR1, lambda signum, frame: reset())
