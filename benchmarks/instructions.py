@@ -239,11 +239,7 @@ def run_inprocess(
 
 def counted_server(bench: BenchPKI, workdir: Path, *, enabled: bool, layout: int) -> Any:
     """``serve`` with the benchmark flags (``BenchPKI.serve_argv``) under callgrind."""
-    argv = bench.serve_argv(enabled=enabled)
-    serve_args = [a for a in argv[argv.index("serve") + 1 :]]
-    for flag in ("--bind-address", "--secure-port"):
-        at = serve_args.index(flag)
-        del serve_args[at : at + 2]
+    serve_args = instrcount.serve_args(bench.serve_argv(enabled=enabled))
     return instrcount.counted_server(serve_args, workdir / f"server-{'on' if enabled else 'off'}", layout=layout)
 
 

@@ -154,6 +154,17 @@ class CountedServer:
         return dumps_by_label(self.prefix.parent, f"{self.prefix.name}.{self.process.pid}")
 
 
+def serve_args(argv: Sequence[str]) -> list[str]:
+    """The flags of a ``replicas.serve_argv`` command line after ``serve``, without the address flags (the
+    counted server chooses its own port)."""
+    args = list(argv[list(argv).index("serve") + 1 :])
+    for flag in ("--bind-address", "--secure-port"):
+        if flag in args:
+            at = args.index(flag)
+            del args[at : at + 2]
+    return args
+
+
 @contextmanager
 def counted_server(
     serve_args: Sequence[str], prefix: Path, *, host: str = "127.0.0.1", layout: int = 0
