@@ -94,8 +94,16 @@ def function_name(location: str) -> str:
     return f"{os.path.basename(file)}:{function}" if file else function
 
 
-def function_costs(path: Path) -> dict[str, int]:
-    """Exclusive instructions per function of one dump (callgrind_annotate, every function)."""
+def object_name(location: str) -> str:
+    """``... [/usr/lib/x86_64-linux-gnu/libcrypto.so.3]`` -> ``libcrypto.so.3``; code inlined from a header has
+    no object in callgrind_annotate's output and is grouped as such."""
+    if " [" not in location:
+        return "(inlined, object not named)"
+    return os.path.basename(location.rsplit(" [", 1)[1].rstrip("]"))
+
+
+def function_costs(path: Path, key: Callable[[str], str] = function_name) -> dict[str, int]:
+    """Exclusive instructions per function (or per ``key`` of its location) of one dump."""
     out = subprocess.run(
         ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(path)],
         capture_output=True,
@@ -107,7 +115,7 @@ def function_costs(path: Path) -> dict[str, int]:
     for line in out.splitlines():
         match = _ANNOTATED.match(line)
         if match and "PROGRAM TOTALS" not in line:
-            name = function_name(match.group(2))
+            name = key(match.group(2))
             costs[name] = costs.get(name, 0) + int(match.group(1).replace(",", ""))
     return costs
 
@@ -116,11 +124,17 @@ def window_difference(long: dict[str, int], short: dict[str, int]) -> dict[str, 
     return {name: long.get(name, 0) - short.get(name, 0) for name in long.keys() | short.keys()}
 
 
-def attribute(on: tuple[Path, Path], off: tuple[Path, Path], requests: int, top: int = 12) -> list[tuple[str, float]]:
-    """Per-request instruction difference on - off by function (the ``top`` largest in magnitude); each pair is
-    (long window, short window) and ``requests`` their difference in requests."""
-    on_diff = window_difference(function_costs(on[0]), function_costs(on[1]))
-    off_diff = window_difference(function_costs(off[0]), function_costs(off[1]))
+def attribute(
+    on: tuple[Path, Path],
+    off: tuple[Path, Path],
+    requests: int,
+    top: int = 12,
+    key: Callable[[str], str] = function_name,
+) -> list[tuple[str, float]]:
+    """Per-request instruction difference on - off by function (or by ``key``), the ``top`` largest in magnitude;
+    each pair is (long window, short window) and ``requests`` their difference in requests (or connections)."""
+    on_diff = window_difference(function_costs(on[0], key), function_costs(on[1], key))
+    off_diff = window_difference(function_costs(off[0], key), function_costs(off[1], key))
     names = on_diff.keys() | off_diff.keys()
     delta = {name: (on_diff.get(name, 0) - off_diff.get(name, 0)) / requests for name in names}
     return sorted(delta.items(), key=lambda item: -abs(item[1]))[:top]
@@ -391,6 +405,15 @@ def render(results: dict[str, Any], chosen: Sequence[Variant]) -> str:
                 f"\n({s['connections']} connections of one request − one connection of {s['connections']} "
                 f"requests) ÷ {s['connections'] - 1}, {s['repeats']} repeats.\n",
             ]
+        if s.get("connection_attribution"):
+            parts += [
+                "#### Where a new connection's certificate goes (callgrind, by shared object)\n",
+                markdown_table(
+                    ["object", "with − without certificate, instr/connection"],
+                    [[f"`{name}`", f"{delta:+,.0f}"] for name, delta in s["connection_attribution"]],
+                ),
+                "",
+            ]
         for key, rows in s.get("attribution", {}).items():
             parts += [
                 f"#### Where the difference goes, whole server, {key} (callgrind, top entries)\n",
@@ -447,6 +470,11 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             connections=args.connections,
         )
         if args.attribute:
+            dumps = s["dumps"]
+            if s["per_connection"]:
+                cert = (dumps["on/conn-front-proxy-cert,many,0"], dumps["on/conn-front-proxy-cert,one,0"])
+                none = (dumps["on/conn-no-cert,many,0"], dumps["on/conn-no-cert,one,0"])
+                s["connection_attribution"] = attribute(cert, none, args.connections - 1, 8, object_name)
             s["attribution"] = {
                 v.key: attribute(
                     (s["dumps"][f"on/{v.key},{args.requests},0"], s["dumps"][f"on/{v.key},{args.baseline},0"]),
