@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from secure_orca.envoy import launcher as lb
 from secure_orca.lab import instrcount
 from secure_orca.lab.evaluate import OPTIONS, request_hpack
@@ -19,6 +21,7 @@ def leaves(value: Any, path: str = "") -> list[tuple[str, Any]]:
     return [(path, value)]
 
 
+@pytest.mark.timeout(600)  # five replicas under callgrind add about two minutes to the quick run
 def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "secure_orca", "evaluate", "--quick", "--output", str(tmp_path)],

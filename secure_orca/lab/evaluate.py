@@ -80,8 +80,8 @@ class Settings:
     def make(cls, quick: bool) -> Settings:
         if quick:
             return cls(rounds=1, duration=1.0, connections=4, streams=10, handshakes=40, timing_samples=60,
-                       hpack_duration=2.0, hpack_rate=20.0, instr_requests=200, instr_baseline=50,
-                       instr_repeats=1, instr_connections=4)  # fmt: skip
+                       hpack_duration=2.0, hpack_rate=20.0, instr_requests=120, instr_baseline=40,
+                       instr_repeats=1, instr_connections=3)  # fmt: skip
         return cls(rounds=3, duration=4.0, connections=8, streams=10, handshakes=200, timing_samples=400,
                    hpack_duration=8.0, hpack_rate=20.0, instr_requests=600, instr_baseline=100,
                    instr_repeats=3, instr_connections=12)  # fmt: skip
