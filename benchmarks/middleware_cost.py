@@ -48,7 +48,8 @@ async def _discard(message: dict[str, Any]) -> None:
 
 
 def make_scope(identity: Identity) -> Scope:
-    """A request scope as hypercorn builds it for an h2load GET of /healthz, with the TLS extension."""
+    """A request scope as ``serve`` builds it for an h2load GET of /healthz: the TLS extension and the
+    connection's memo (one connection per scope)."""
     headers = [(b"user-agent", b"h2load nghttp2/1.52.0"), (b"accept", b"*/*"), (b"host", b"127.0.0.1")]
     if identity.optin is not None:
         headers.append((OPTIN, identity.optin.encode()))

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Set-up shared by the README's two commands: system tools (h2load, curl), then a virtual environment in .venv
-# with the package and every extra. Safe to run again.
+# Set-up shared by the README's two commands: system tools (h2load, curl, valgrind for the instruction-count
+# guard), then a virtual environment in .venv with the package and every extra. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v h2load >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+missing=0
+for tool in h2load curl valgrind; do command -v "$tool" >/dev/null 2>&1 || missing=1; done
+if [ "$missing" = 1 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq nghttp2-client curl >/dev/null
+    apt-get update -qq && apt-get install -y -qq nghttp2-client curl valgrind >/dev/null
   else
-    sudo apt-get update -qq && sudo apt-get install -y -qq nghttp2-client curl >/dev/null
+    sudo apt-get update -qq && sudo apt-get install -y -qq nghttp2-client curl valgrind >/dev/null
   fi
 fi
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || {

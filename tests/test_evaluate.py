@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from secure_orca.envoy import launcher as lb
+from secure_orca.lab import instrcount
 from secure_orca.lab.evaluate import OPTIONS, request_hpack
 
 
@@ -18,6 +21,7 @@ def leaves(value: Any, path: str = "") -> list[tuple[str, Any]]:
     return [(path, value)]
 
 
+@pytest.mark.timeout(600)  # five replicas under callgrind add about two minutes to the quick run
 def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "secure_orca", "evaluate", "--quick", "--output", str(tmp_path)],
@@ -41,12 +45,21 @@ def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
             assert cell["through_lb"]["verdict"] == "no-leak"
         for ratio in ("throughput_ratio", "p50_ratio", "p99_ratio"):
             assert cell["request_cost"][ratio]["median"] > 0
+        if instrcount.valgrind_available() is None:
+            counted = results["instructions"]["options"][option]
+            assert counted["per_request_on"] > counted["per_request_off"] > 0
+            assert counted["request_ratio"]["median"] > 1
         assert cell["hpack_response"]["marginal_bytes_per_response"] > 0
         assert cell["title"] in markdown
     assert results["options"]["shared-secret"]["bypass"]["timing_p_value"] is not None
     assert results["control"]["throughput_ratio"]["median"] > 0 and "A/A control" in markdown
     assert results["options"]["front-proxy"]["handshake"]["connections_per_s_ratio"]["median"] > 0
     assert len(results["recommendation"]) >= 4
+    if instrcount.valgrind_available() is None:
+        assert results["instructions"]["connection"]["ratio"]["median"] > 1  # the certificate costs instructions
+        assert any("instructions under callgrind" in line for line in results["recommendation"])
+    else:
+        assert "missing" in results["instructions"]
     secret_line = next(line for line in results["recommendation"] if "secret travels" in line)
     assert str(results["options"]["shared-secret"]["hpack_request_bytes"]) in secret_line
     # no secret of the run leaked into the outputs

@@ -3,9 +3,10 @@ directory, one local replica per option (plus one with the feature off as the ba
 ``envoy`` extra is installed, and for each option:
 
 - exposure: ``secure-orca probe`` as a client that bypasses the load balancer, and as one that goes through it;
-- cost: requests/s and p50/p99 latency against the feature-off replica under the same load (h2load, ratios
-  from interleaved rounds of one run), new TLS connections/s with the load balancer's identity against without
-  a client certificate, and HPACK bytes per response (wire) and per request (the opt-in, replayed);
+- cost: instructions per request against the feature-off replica and per new TLS connection with the
+  front-proxy certificate against none (callgrind, deterministic; skipped without valgrind), HPACK bytes per
+  response (wire) and per request (the opt-in, replayed); wall-clock requests/s and p99 ratios as a secondary
+  column beside their A/A control;
 - burden: what must be configured and rotated on each side.
 
 Prints the matrix and writes evaluation.md and evaluation.json to --output.

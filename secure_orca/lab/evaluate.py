@@ -18,7 +18,7 @@ import hpack
 from secure_orca import pki
 from secure_orca.envoy import launcher as lb
 from secure_orca.hpackcost import wire as hpack_wire
-from secure_orca.lab import loadgen
+from secure_orca.lab import instrcount, loadgen
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.optin import header_value
@@ -71,14 +71,20 @@ class Settings:
     timing_samples: int
     hpack_duration: float
     hpack_rate: float
+    instr_requests: int  # instruction counts: the long window (requests) ...
+    instr_baseline: int  # ... minus the short one
+    instr_repeats: int  # one memory layout each
+    instr_connections: int  # new connections in the per-connection window
 
     @classmethod
     def make(cls, quick: bool) -> Settings:
         if quick:
             return cls(rounds=1, duration=1.0, connections=4, streams=10, handshakes=40, timing_samples=60,
-                       hpack_duration=2.0, hpack_rate=20.0)  # fmt: skip
+                       hpack_duration=2.0, hpack_rate=20.0, instr_requests=120, instr_baseline=40,
+                       instr_repeats=1, instr_connections=3)  # fmt: skip
         return cls(rounds=3, duration=4.0, connections=8, streams=10, handshakes=200, timing_samples=400,
-                   hpack_duration=8.0, hpack_rate=20.0)  # fmt: skip
+                   hpack_duration=8.0, hpack_rate=20.0, instr_requests=600, instr_baseline=100,
+                   instr_repeats=3, instr_connections=12)  # fmt: skip
 
 
 def log(message: str) -> None:
@@ -204,13 +210,82 @@ def request_hpack(value: str | None, requests: int = 100) -> float:
     return round(extra / requests, 2)
 
 
+INSTR_PATH = "/healthz"  # the cheapest route: the feature's share of a request is largest there
+
+
+def off_flags(dev: pki.DevPKI) -> list[str]:
+    """The baseline replica: the same trust material as every option, the feature not enabled."""
+    return [f for f in lb.replica_flags(dev, "front-proxy,shared-secret") if f != "--enable-endpoint-load-metrics"]
+
+
+def instruction_cost(dev: pki.DevPKI, settings: Settings, workdir: Path) -> dict[str, Any]:
+    """Instructions per request (callgrind, secure_orca.lab.instrcount) of each option's replica against the
+    feature-off one, with the load balancer's identity, and per new TLS connection with the front-proxy
+    certificate against none. Deterministic: repeats differ only by memory layout."""
+    s = settings
+    identities = {o: lb_identity(dev, o) for o in OPTIONS}
+    no_cert = loadgen.Identity("lb", optin="TEXT")
+    totals: dict[str, int] = {}
+    for repeat in range(s.instr_repeats):
+        for name, flags in [("off", off_flags(dev)), *((o, lb.replica_flags(dev, o)) for o in OPTIONS)]:
+            clients = identities if name == "off" else {name: identities[name]}
+            args = instrcount.serve_args(launch.serve_argv(dev, flags))
+            server_key = "off" if name == "off" else str(OPTIONS.index(name))  # labels: no commas of option names
+            prefix = workdir / f"instr-{server_key}"
+            with instrcount.counted_server(args, prefix, layout=repeat) as server:
+                for client in clients.values():  # warm-up (and the chain's one verification), not counted
+                    instrcount.requests(server, client, s.instr_baseline, INSTR_PATH, workdir)
+                server.control("--instr=on")
+                for option, client in clients.items():
+                    for count in (s.instr_baseline, s.instr_requests):
+                        with server.window(f"{server_key}/{OPTIONS.index(option)},{count},{repeat}"):
+                            instrcount.requests(server, client, count, INSTR_PATH, workdir)
+                if name == "front-proxy":
+                    for label, client in (("cert", identities[name]), ("none", no_cert)):
+                        with server.window(f"conn/{label},many,{repeat}"):
+                            for _ in range(s.instr_connections):
+                                instrcount.requests(server, client, 1, INSTR_PATH, workdir)
+                        with server.window(f"conn/{label},one,{repeat}"):
+                            instrcount.requests(server, client, s.instr_connections, INSTR_PATH, workdir)
+                server.control("--instr=off")
+                totals |= server.totals()
+    window = (str(s.instr_requests), str(s.instr_baseline), s.instr_requests - s.instr_baseline, s.instr_repeats)
+    out: dict[str, Any] = {"path": INSTR_PATH, "requests": s.instr_requests, "baseline": s.instr_baseline,
+                           "repeats": s.instr_repeats, "options": {}}  # fmt: skip
+    for option in OPTIONS:
+        index = OPTIONS.index(option)
+        on = instrcount.per_unit(totals, f"{index}/{index}", *window)
+        off = instrcount.per_unit(totals, f"off/{index}", *window)
+        median, low, high = instrcount.ratio_range(on, off)
+        out["options"][option] = {
+            "request_ratio": {"median": round(median, 4), "min": round(low, 4), "max": round(high, 4)},
+            "per_request_on": round(on.median),
+            "per_request_off": round(off.median),
+            "spread": round(max(on.spread, off.spread), 5),
+        }
+    units = s.instr_connections - 1
+    cert, none = (instrcount.per_unit(totals, f"conn/{k}", "many", "one", units, s.instr_repeats)
+                  for k in ("cert", "none"))  # fmt: skip
+    median, low, high = instrcount.ratio_range(cert, none)
+    out["connection"] = {
+        "ratio": {"median": round(median, 3), "min": round(low, 3), "max": round(high, 3)},
+        "with_cert": round(cert.median),
+        "without": round(none.median),
+        "spread": round(max(cert.spread, none.spread), 5),
+    }
+    return out
+
+
 @contextmanager
 def replicas_for(dev: pki.DevPKI) -> Iterator[dict[str, launch.Replica]]:
-    """One replica per option and one with the feature off (same trust material everywhere)."""
+    """One replica per option and one with the feature off (same trust material everywhere). Connections are
+    not rotated (as in the benchmarks): a load run of about 1000 requests per connection would otherwise cross
+    the default --max-requests-per-connection depending on the machine's speed, and h2load counts the streams a
+    GOAWAY refuses as failed requests, which ends the run."""
     names = ["off", *OPTIONS]
-    trust = lb.replica_flags(dev, "front-proxy,shared-secret")
-    off_flags = [f for f in trust if f not in ("--enable-endpoint-load-metrics",)]
-    argvs = [launch.serve_argv(dev, off_flags)] + [launch.serve_argv(dev, lb.replica_flags(dev, o)) for o in OPTIONS]
+    keep = ["--max-requests-per-connection", str(2**31)]
+    flags = [off_flags(dev), *(lb.replica_flags(dev, o) for o in OPTIONS)]
+    argvs = [launch.serve_argv(dev, [*f, *keep]) for f in flags]
     with launch.replicas(argvs) as started:
         yield dict(zip(names, started, strict=True))
 
@@ -262,6 +337,13 @@ def evaluate(output: Path, quick: bool, use_envoy: bool) -> dict[str, Any]:
         handshake = handshake_cost(reps["front-proxy"], dev, settings, root)
         log("HPACK bytes of the report on real connections")
         response = response_hpack(reps["front-proxy"], dev, settings)
+        missing = instrcount.valgrind_available()
+        if missing is None:
+            log(f"instruction counts under callgrind ({settings.instr_repeats} layouts, /healthz)")
+            results["instructions"] = instruction_cost(dev, settings, root)
+        else:
+            log(f"instruction counts skipped: {missing}")
+            results["instructions"] = {"missing": missing}
     for option in OPTIONS:
         cell = results["options"][option]
         cell["handshake"] = handshake if "front-proxy" in option else {"connections_per_s_ratio": None,
@@ -295,9 +377,22 @@ def fmt(value: Any) -> str:
     return "n/a" if value is None else f"{value}"
 
 
+def instruction_cells(results: dict[str, Any], option: str) -> list[str]:
+    """Instructions per request ÷ feature off, and per new connection ÷ without a certificate (median [min, max]
+    over memory layouts)."""
+    counted = results.get("instructions", {})
+    if "options" not in counted:
+        return ["not measured", "not measured"]
+    r = counted["options"][option]["request_ratio"]
+    c = counted["connection"]["ratio"]
+    conn = f"{c['median']} [{c['min']}, {c['max']}]" if "front-proxy" in option else "n/a"
+    return [f"{r['median']} [{r['min']}, {r['max']}]", conn]
+
+
 def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
     control = results["control"]
-    rows = [["0. feature off, A/A control", "-", "-", *(fmt(control[k]["median"]) for k in COST_KEYS), *["-"] * 4]]
+    rows = [["0. feature off, A/A control", "-", "-", "-", "-", *(fmt(control[k]["median"]) for k in COST_KEYS),
+             *["-"] * 3]]  # fmt: skip
     for option in OPTIONS:
         cell = results["options"][option]
         bypass, via = cell["bypass"], cell["through_lb"]
@@ -305,8 +400,8 @@ def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
             cell["title"],
             f"{bypass['verdict']} ({bypass['leaks']}/{bypass['vectors']} vectors leak)",
             via["verdict"] if "leaks" not in via else f"{via['verdict']} ({via['leaks']}/{via['vectors']})",
+            *instruction_cells(results, option),
             *(fmt(_median(cell, "request_cost", k)) for k in COST_KEYS),
-            fmt(_median(cell, "handshake", "connections_per_s_ratio")),
             fmt(cell["hpack_response"]["marginal_bytes_per_response"]),
             fmt(cell["hpack_request_bytes"]),
             fmt(bypass["timing_p_value"]),
@@ -314,9 +409,10 @@ def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-COST_KEYS = ("throughput_ratio", "p50_ratio", "p99_ratio")
-HEADER = ["option", "bypass client", "through the LB", "req/s ratio", "p50 ratio", "p99 ratio",
-          "new conn/s ratio", "HPACK B/resp", "HPACK B/req", "secret timing p"]  # fmt: skip
+COST_KEYS = ("throughput_ratio", "p99_ratio")  # wall clock: secondary, beside the A/A control
+HEADER = ["option", "bypass client", "through the LB", "instructions/request ÷ off",
+          "instructions/new connection ÷ no certificate", "wall clock: req/s ÷ off", "wall clock: p99 ÷ off",
+          "HPACK B/resp", "HPACK B/req", "secret timing p"]  # fmt: skip
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -337,34 +433,38 @@ def recommend(results: dict[str, Any]) -> list[str]:
             f"exposure is exactly the set of clients that can bypass it."
         )
     safe = [o for o in ("front-proxy", "shared-secret") if opts[o]["bypass"]["verdict"] == "no-leak"]
+    counted = results.get("instructions", {})
     if safe:
-        costs = "; ".join(
-            f"{TITLES[o]}: requests/s x{_median(opts[o], 'request_cost', 'throughput_ratio')}, "
-            f"p99 x{_median(opts[o], 'request_cost', 'p99_ratio')}"
-            for o in safe
-        )
+        names = " and ".join(TITLES[o].split(".")[0] for o in safe)
+        if "options" in counted:
+            costs = "; ".join(
+                f"{TITLES[o]}: x{r['median']} [{r['min']}, {r['max']}] "
+                f"({counted['options'][o]['per_request_on'] - counted['options'][o]['per_request_off']:+,} "
+                "instructions)"
+                for o in safe
+                for r in [counted["options"][o]["request_ratio"]]
+            )
+            cost = (
+                f"Per request, counted in instructions under callgrind on {counted['path']} (deterministic; the "
+                f"range is over {counted['repeats']} memory layouts) against the feature off: {costs}."
+            )
+        else:
+            cost = f"Instruction counts were not taken ({counted.get('missing')}), so this run states no cost."
         control = results["control"]
-        spread = [control[k][edge] for k in ("throughput_ratio", "p99_ratio") for edge in ("min", "max")]
-        within = all(
-            control["throughput_ratio"]["min"] <= (_median(opts[o], "request_cost", "throughput_ratio") or 0)
-            and (_median(opts[o], "request_cost", "p99_ratio") or 99) <= control["p99_ratio"]["max"]
-            for o in safe
-        )
-        verdict = (
-            f"within the A/A control's range (feature off against itself: {min(spread)} to {max(spread)}), so this "
-            "run shows no cost it can resolve"
-            if within
-            else f"outside the A/A control's range ({min(spread)} to {max(spread)}): a cost, or noise this run did "
-            "not catch; docs/performance.md has the longer interleaved benchmark"
-        )
-        out.append(f"Options {' and '.join(TITLES[o].split('.')[0] for o in safe)} leaked nothing to the bypass "
-                   f"client. Against the feature off, per request ({costs}), the ratios are {verdict}.")  # fmt: skip
-    hs = _median(fp, "handshake", "connections_per_s_ratio")
-    if hs is not None:
+        spread = [control[k][edge] for k in COST_KEYS for edge in ("min", "max")]
         out.append(
-            f"The client certificate costs at connection set-up (new connections/s x{hs} with the front-proxy "
-            f"certificate) and is verified once per chain, not per request; load balancers hold connections open, "
-            f"so this is paid rarely."
+            f"Options {names} leaked nothing to the bypass client. {cost} The wall-clock ratios (secondary) "
+            f"cannot resolve this: the A/A control, the feature-off replica against itself, spans {min(spread)} to "
+            f"{max(spread)}."
+        )
+    connection = counted.get("connection")
+    if connection is not None:
+        c = connection["ratio"]
+        out.append(
+            f"A new TLS connection presenting the front-proxy certificate costs x{c['median']} [{c['min']}, "
+            f"{c['max']}] the instructions of one without ({connection['with_cert']:,} against "
+            f"{connection['without']:,}); the chain is verified once per chain, not per request, and load balancers "
+            "hold connections open, so this is paid rarely."
         )
     extra = secret["hpack_request_bytes"] - fp["hpack_request_bytes"]
     out.append(
@@ -394,9 +494,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"h2load c={s['connections']} m={s['streams']}; total {results['seconds']} s.\n",
         "## Matrix\n",
         table(HEADER, matrix_rows(results)),
-        "\nRatios are feature-on / feature-off from the same run (median of rounds; min and max in "
-        "evaluation.json). Row 0 measures the feature-off replica against itself in the same way: ratios "
-        "that differ from 1 by no more than row 0 does are noise, not cost. Exposure verdicts are "
+        "\nCost is counted in instructions (callgrind, `secure_orca/lab/instrcount.py`): per request, the "
+        "option's replica against the feature-off one with the load balancer's identity on /healthz, a run of "
+        f"{s['instr_requests']} requests minus a run of {s['instr_baseline']}; per new TLS connection, with the "
+        "front-proxy certificate against none. Median [min, max] over memory layouts (one per repeat); counts are "
+        "otherwise deterministic. The wall-clock columns are secondary: feature-on / feature-off from the same "
+        "run (median of rounds), with row 0 measuring the feature-off replica against itself in the same way; "
+        "ratios that differ from 1 by no more than row 0 does are noise, not cost. Exposure verdicts are "
         "`secure-orca probe`'s: `leak`, `no-leak` (with a positive control that did get a report), "
         "`inconclusive`.\n",
         "## Operational burden\n",

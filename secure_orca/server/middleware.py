@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import hmac
 import itertools
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,15 +34,74 @@ ATTACH_MODES = ("every-response", "once-per-sample")
 
 
 class ConnectionMemo:
-    """Per-connection memory (the server puts one in every request scope of a connection): the report tuple
-    last attached on it, so ``once-per-sample`` can skip repeats that HPACK would still pay for, and the digest
-    of its client chain, so the chain is hashed once per connection, not per request."""
+    """Per-connection memory (the server puts one in every request scope of a connection).
 
-    __slots__ = ("chain_key", "last")
+    ``last``: the report tuple last attached on it, so ``once-per-sample`` can skip repeats that HPACK would
+    still pay for. ``chain_key``: the digest of its client chain, hashed once per connection. The other fields
+    remember the last opt-in decision, so a load balancer's connection pays for its chain lookups, opt-in parse
+    and secret hash once, not on every request: the decision is reused only under the same Authority (a
+    credential reload replaces it), for the same single opt-in value (compared in constant time), while whether
+    each certificate check holds at the current time is what it was, and never past ``recheck`` (the next
+    notBefore among the presented certificates, when a refusal may turn into a grant).
+    """
+
+    __slots__ = ("authority", "chain_key", "decision", "held", "identity", "last", "optin", "reader", "recheck",
+                 "windows")  # fmt: skip
 
     def __init__(self) -> None:
         self.last: tuple[bytes, bytes] | None = None
         self.chain_key: bytes | None = None  # ChainCache.key of the connection's client chain, computed once
+        self.authority: Authority | None = None  # under which the fields below were computed
+        self.identity: FrontProxyResult = NO_CERTIFICATE  # front-proxy check
+        self.reader: FrontProxyResult = NO_CERTIFICATE  # load-reader check (option 2b)
+        self.windows: tuple[tuple[int, int], ...] = ()  # microsecond windows in which each check holds
+        self.recheck = 2**63  # microseconds since the epoch: identify again from then on
+        self.optin: bytes | None = None  # the single opt-in value ``decision`` was made for
+        self.held: tuple[bool, ...] = ()
+        self.decision = NO_OPT_IN
+
+    def remember(self, authority: Authority, checks: Checks) -> None:
+        """The connection's certificate checks under ``authority`` (forgets the last decision)."""
+        self.authority, self.identity, self.reader, self.optin = authority, checks.identity, checks.reader, None
+        self.recheck = checks.recheck
+        self.windows = tuple(_window(r) for r in (checks.identity, checks.reader) if r.ok)
+
+    def holding(self, now: int) -> tuple[bool, ...]:
+        return tuple(start <= now <= end for start, end in self.windows)
+
+
+def _window(result: FrontProxyResult) -> tuple[int, int]:
+    if result.valid_from is None or result.valid_until is None:
+        return (1, 0)
+    return (microseconds(result.valid_from), microseconds(result.valid_until))
+
+
+@dataclass(frozen=True)
+class Checks:
+    """A connection's certificate checked against each trust, and when that may change with time alone."""
+
+    identity: FrontProxyResult = NO_CERTIFICATE
+    reader: FrontProxyResult = NO_CERTIFICATE
+    recheck: int = 2**63
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def microseconds(moment: dt.datetime) -> int:
+    """An aware datetime as whole microseconds since the epoch (exact, unlike a float timestamp)."""
+    return (moment - EPOCH) // _MICROSECOND
+
+
+def now_us() -> int:
+    """The current time in microseconds since the epoch, the resolution of datetime."""
+    return time.time_ns() // 1000
+
+
+def at(us: int) -> dt.datetime:
+    """Microseconds since the epoch as an aware datetime (the inverse of ``microseconds``)."""
+    return EPOCH + us * _MICROSECOND
 
 
 def spellings(name: bytes) -> frozenset[bytes]:
@@ -108,6 +169,12 @@ class ChainCache:
 
     def lookup(self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None) -> FrontProxyResult:
         """The result for ``chain``; ``key`` is ``key(chain)`` when the caller has it already."""
+        return self.lookup_until(chain, now, key)[0]
+
+    def lookup_until(
+        self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None
+    ) -> tuple[FrontProxyResult, dt.datetime]:
+        """The result for ``chain`` and the moment it must be looked up again (time alone may change it)."""
         key = key if key is not None else self.key(chain)
         cached = self._results.get(key)
         if cached is None or now >= cached.recheck_at:
@@ -116,7 +183,7 @@ class ChainCache:
             if len(self._results) >= _CACHE_SIZE:
                 self._results.pop(next(iter(self._results)))
             self._results[key] = cached
-        return cached.result
+        return cached.result, cached.recheck_at
 
 
 def _next_not_before(ders: list[bytes], now: dt.datetime) -> dt.datetime:
@@ -183,27 +250,56 @@ class LoadReportMiddleware:
         if not self.enabled:
             return FEATURE_OFF
         authority = self.authority  # one read: a reload swaps policy and trust together
-        now = dt.datetime.now(dt.UTC)
-        tls = scope.get("extensions", {}).get("tls") or {}
+        extensions = scope.get("extensions") or {}
+        memo: ConnectionMemo | None = extensions.get(CONNECTION_KEY)
+        if memo is None:
+            now = now_us()
+            checks = self.identify(extensions, authority, now)
+            return authority.policy.decide(optin_values, checks.identity, at(now), checks.reader)
+        now = now_us() if memo.windows or memo.recheck < 2**63 else 0
+        if memo.authority is not authority or now >= memo.recheck:
+            memo.remember(authority, self.identify(extensions, authority, now or now_us()))
+            now = now_us() if memo.windows or memo.recheck < 2**63 else 0
+        # Only a certificate that holds at some time (or may start to) makes the decision depend on the clock.
+        held = memo.holding(now)  # exactly FrontProxyResult.holds_at, in microseconds, per check
+        single = len(optin_values) == 1
+        if single and held == memo.held and memo.optin is not None and hmac.compare_digest(optin_values[0], memo.optin):
+            return memo.decision
+        decision = authority.policy.decide(optin_values, memo.identity, at(now or now_us()), memo.reader)
+        if single:
+            memo.optin, memo.held, memo.decision = optin_values[0], held, decision
+        return decision
+
+    @staticmethod
+    def identify(extensions: Scope, authority: Authority, now: int) -> Checks:
+        """The connection's presented chain checked against the front-proxy and the load-reader trust (each
+        verified once per distinct chain)."""
+        tls = extensions.get("tls") or {}
         chain = tls.get("client_cert_chain")
+        memo = extensions.get(CONNECTION_KEY)
+        if not chain or (authority.chains is None and authority.readers is None):
+            return Checks()
+        key = memo.chain_key if memo is not None else None
+        if key is None:  # once per connection: the chain of a connection never changes
+            key = ChainCache.key(tuple(chain))
+            if memo is not None:
+                memo.chain_key = key
+        when = at(now)
         identity = reader = NO_CERTIFICATE
-        if chain and (authority.chains or authority.readers):
-            memo = scope.get("extensions", {}).get(CONNECTION_KEY)
-            key = memo.chain_key if memo is not None else None
-            if key is None:  # once per connection: the chain of a connection never changes
-                key = ChainCache.key(tuple(chain))
-                if memo is not None:
-                    memo.chain_key = key
-            if authority.chains:
-                identity = authority.chains.lookup(tuple(chain), now, key)
-            if authority.readers:
-                reader = authority.readers.lookup(tuple(chain), now, key)
-        return authority.policy.decide(optin_values, identity, now, reader)
+        recheck = _NEVER
+        for cache in (authority.chains, authority.readers):
+            if cache is None:
+                continue
+            result, until = cache.lookup_until(tuple(chain), when, key)
+            recheck = min(recheck, until)
+            if cache is authority.chains:
+                identity = result
+            else:
+                reader = result
+        return Checks(identity, reader, microseconds(recheck) if recheck < _NEVER else 2**63)
 
     def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
         """In once-per-sample mode, whether this connection has not had this sample yet (and now has)."""
-        if not self.once_per_sample:
-            return True
         memo = scope.get("extensions", {}).get(CONNECTION_KEY)
         if memo is None:
             return True
@@ -239,15 +335,18 @@ class LoadReportMiddleware:
                     if status == 429 or status >= 500:
                         counters.errors += 1
                     header = self.sampler.header
-                    if granted.attach and header is not None and self._fresh(scope, header):
+                    once = self.once_per_sample
+                    if granted.attach and header is not None and (not once or self._fresh(scope, header)):
                         attach = header
                 if attach is not None or any(name.lower() in _ORCA_SPELLINGS for name, _ in headers):
                     kept, removed = strip_orca(list(headers))
-                    if removed and self.on_stripped is not None:
+                    if self.on_stripped is not None:
                         self.on_stripped(removed)
                     if attach is not None:
                         kept.append(attach)
                     message = dict(message, headers=kept)
+                elif attach is not None:
+                    message = dict(message, headers=[*headers, attach])
             await send(message)
 
         try:

@@ -1,0 +1,109 @@
+"""What one more response header field costs h2 and hpack, in instructions (callgrind), without a server.
+
+    python -m benchmarks.hpack_field_cost
+
+The response headers of the demo's /healthz as hypercorn hands them to h2 (a fresh ``audit-id`` UUID each time,
+as kube-apiserver sends), encoded on one long-lived HPACK context, with and without a load report of the size
+the sampler publishes; and h2's outbound header normalisation and validation of the same lists. Per response:
+a window of N encodings minus a window of M, as in ``benchmarks/instructions.py``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+REPORT = (
+    b"endpoint-load-metrics",
+    b"TEXT cpu_utilization=0.0123, mem_utilization=0.0456, rps_fractional=1234.5678, eps=0, "
+    b"named_metrics.in_flight_requests=1",
+)
+SHORT_REPORT = (b"endpoint-load-metrics", b"TEXT cpu_utilization=0.01,mem_utilization=0.05")
+LONG, SHORT = 1200, 200
+
+
+def _child(marks_path: str) -> None:
+    import h2.utilities as h2u
+    import hpack
+    from h2.utilities import HeaderValidationFlags
+
+    marks = ctypes.CDLL(marks_path)
+    uuids = random.Random(0)
+    flags = HeaderValidationFlags(is_client=False, is_trailer=False, is_response_header=True, is_push_promise=False)
+
+    def base() -> list[tuple[bytes, bytes]]:
+        audit = str(uuid.UUID(int=uuids.getrandbits(128), version=4)).encode()
+        return [(b":status", b"200"), (b"content-type", b"text/plain; charset=utf-8"), (b"audit-id", audit),
+                (b"cache-control", b"no-cache, private"), (b"x-kubernetes-pf-flowschema-uid", b"a" * 36),
+                (b"x-kubernetes-pf-prioritylevel-uid", b"b" * 36), (b"date", b"Fri, 15 Jan 2027 08:00:00 GMT"),
+                (b"server", b"hypercorn-h2")]  # fmt: skip
+
+    shapes: dict[str, Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]]] = {
+        "no report": lambda h: h,
+        "report last": lambda h: [*h, REPORT],
+        "report first": lambda h: [h[0], REPORT, *h[1:]],
+        "shorter report (47 B value)": lambda h: [*h, SHORT_REPORT],
+        "report never indexed": lambda h: [*h, hpack.NeverIndexedHeaderTuple(*REPORT)],
+    }
+    cases: dict[str, Callable[[], object]] = {}
+    for name, shape in shapes.items():
+        encoder = hpack.Encoder()
+        cases[f"hpack encode: {name}"] = lambda e=encoder, f=shape: e.encode(f(base()))
+    for name in ("no report", "report last"):
+        shape = shapes[name]
+        cases[f"h2 normalise + validate: {name}"] = lambda f=shape: list(
+            h2u.validate_outbound_headers(h2u.normalize_outbound_headers(f(base()), flags, False), flags)
+        )
+    for call in cases.values():
+        for _ in range(SHORT):
+            call()
+    marks.marks_start()
+    for name, call in cases.items():
+        for count in (SHORT, LONG):
+            uuids.seed(0)
+            marks.marks_zero()
+            for _ in range(count):
+                call()
+            marks.marks_dump(f"{name},{count}".encode())
+
+
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _child(sys.argv[2])
+        return 0
+    from secure_orca.lab import instrcount
+
+    from .instructions import build_marks, dumps_by_label, valgrind_available
+
+    missing = valgrind_available()
+    if missing:
+        print(f"cannot count instructions: {missing}", file=sys.stderr)
+        return 2
+    workdir = Path("/tmp/secure-orca-hpack-field")
+    workdir.mkdir(exist_ok=True)
+    for old in workdir.glob("field.*"):
+        old.unlink()
+    marks = build_marks(workdir)
+    command = [*instrcount.VALGRIND, f"--callgrind-out-file={workdir}/field.%p"]
+    command += [sys.executable, "-m", "benchmarks.hpack_field_cost", "--child", str(marks)]
+    subprocess.run(command, env=instrcount.pinned_env(0), check=True, capture_output=True, timeout=600)
+    totals = {k: instrcount.dump_total(p) for k, p in dumps_by_label(workdir, "field").items() if "," in k}
+    names = sorted({k.rsplit(",", 1)[0] for k in totals}, key=lambda n: (not n.startswith("hpack"), n))
+    per = {n: (totals[f"{n},{LONG}"] - totals[f"{n},{SHORT}"]) / (LONG - SHORT) for n in names}
+    print("| step, per response | instructions | added by the report |\n|---|---|---|")
+    for name in names:
+        step = name.split(":")[0]
+        added = per[name] - per[f"{step}: no report"]
+        print(f"| {name} | {per[name]:,.0f} | {added:+,.0f} |")
+    print(f"\n(run of {LONG} − run of {SHORT}) ÷ {LONG - SHORT}, each row on its own HPACK context (4096-byte "
+          "table); every figure includes building the header list (a fresh UUID), which the differences cancel.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
