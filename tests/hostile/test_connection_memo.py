@@ -95,3 +95,19 @@ def test_grant_ends_the_microsecond_the_certificate_expires(monkeypatch: pytest.
         call(middleware, [OPT_IN], [pem], memo)
     # The last request is back inside the validity period (a clock stepped back): granted again, as holds_at says.
     assert decisions == ["front-proxy", "front-proxy", "expired", "front-proxy"]
+
+
+def test_a_certificate_refused_before_its_not_before_is_granted_once_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo must not keep a refusal that time alone lifts (issue 14 item 4, on the same connection)."""
+    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    not_before = start + dt.timedelta(minutes=10)
+    leaf = pki.issue(FP_CA, "front-proxy-client", not_before=not_before, not_after=not_before + dt.timedelta(days=1))
+    pem = leaf.cert_pem().decode()
+    clock = {"us": microseconds(start)}
+    monkeypatch.setattr(middleware_module, "time", SimpleNamespace(time_ns=lambda: clock["us"] * 1000))
+    middleware, _, _, decisions = make()
+    memo = ConnectionMemo()
+    for moment in (start, not_before - dt.timedelta(microseconds=1), not_before, not_before + dt.timedelta(hours=1)):
+        clock["us"] = microseconds(moment)
+        call(middleware, [OPT_IN], [pem], memo)
+    assert decisions[:2] != ["front-proxy", "front-proxy"] and decisions[2:] == ["front-proxy", "front-proxy"]
