@@ -14,6 +14,15 @@ from secure_orca.envoy import launcher as lb
 from secure_orca.lab import instrcount
 from secure_orca.lab.evaluate import OPTIONS, request_hpack
 
+# What else each load balancer credential grants, read back from selfsubjectreviews by the probe.
+GRANTS = {
+    "header-only": "nothing needed",
+    "front-proxy": "any identity",
+    "load-reader": "load only",
+    "shared-secret": "load only",
+    "front-proxy,shared-secret": "any identity",
+}
+
 
 def leaves(value: Any, path: str = "") -> list[tuple[str, Any]]:
     if isinstance(value, dict):
@@ -51,10 +60,14 @@ def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
             assert counted["request_ratio"]["median"] > 1
         assert cell["hpack_response"]["marginal_bytes_per_response"] > 0
         assert cell["title"] in markdown
+        assert cell["bypass"]["grants"] == GRANTS[option], option
     assert results["options"]["shared-secret"]["bypass"]["timing_p_value"] is not None
     assert results["control"]["throughput_ratio"]["median"] > 0 and "A/A control" in markdown
     assert results["options"]["front-proxy"]["handshake"]["connections_per_s_ratio"]["median"] > 0
     assert len(results["recommendation"]) >= 4
+    assert results["recommendation"][-1].startswith(
+        "Recommendation for the KEP: resolve the open question with 2b. load-reader client certificate as the default"
+    )
     if instrcount.valgrind_available() is None:
         assert results["instructions"]["connection"]["ratio"]["median"] > 1  # the certificate costs instructions
         assert any("instructions under callgrind" in line for line in results["recommendation"])

@@ -20,14 +20,16 @@ from secure_orca.envoy import launcher as lb
 from secure_orca.hpackcost import wire as hpack_wire
 from secure_orca.lab import instrcount, loadgen
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.recommend import Figures, Grants, derive
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.optin import header_value
 from secure_orca.probe.audit import ProbeConfig, ProbeResult, probe
 
-OPTIONS = ("header-only", "front-proxy", "shared-secret", "front-proxy,shared-secret")
+OPTIONS = ("header-only", "front-proxy", "load-reader", "shared-secret", "front-proxy,shared-secret")
 TITLES = {
     "header-only": "1. header only",
     "front-proxy": "2. front-proxy client certificate",
+    "load-reader": "2b. load-reader client certificate",
     "shared-secret": "3. shared secret",
     "front-proxy,shared-secret": "2 or 3 (either grants)",
 }
@@ -43,6 +45,14 @@ BURDEN = {
         "load balancer": "present the front-proxy client certificate upstream; set the opt-in; strip ORCA headers",
         "rotate": "front-proxy certificate (kubeadm: yearly) and CA, with overlap; reloaded live",
         "if misconfigured": "no reports (refusal counted by reason); never a leak",
+    },
+    "load-reader": {
+        "server": "--endpoint-load-metrics-client-ca-file, --endpoint-load-metrics-allowed-names (a CA and a "
+        "certificate kube-apiserver does not have today)",
+        "load balancer": "present the load-reader certificate upstream; set the opt-in; strip ORCA and identity "
+        "headers; pass tokens on (it asserts no identity, so it fronts token users only)",
+        "rotate": "load-reader certificate and CA, with overlap; reloaded live",
+        "if misconfigured": "no reports (refusal counted by reason); never a leak, never an identity",
     },
     "shared-secret": {
         "server": "--endpoint-load-metrics-secret-file (0600)",
@@ -95,6 +105,8 @@ def lb_identity(dev: pki.DevPKI, option: str) -> loadgen.Identity:
     """What the load balancer sends upstream under ``option`` (with both, it presents the certificate)."""
     if "front-proxy" in option:
         return loadgen.Identity("lb", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
+    if option == "load-reader":
+        return loadgen.Identity("lb", dev.cert("load_reader_client"), dev.key("load_reader_client"), "TEXT")
     if option == "shared-secret":
         return loadgen.Identity("lb", optin=header_value(secret=secret_of(dev)))
     return loadgen.Identity("lb", optin="TEXT")
@@ -105,10 +117,16 @@ def secret_of(dev: pki.DevPKI) -> str:
 
 
 def probe_config(dev: pki.DevPKI, option: str, samples: int, control_url: str | None = None) -> ProbeConfig:
+    role = None
+    if "front-proxy" in option:
+        role = "front_proxy_client"
+    elif option == "load-reader":
+        role = "load_reader_client"
     return ProbeConfig(
         cacert=dev.cert("ca"),
-        lb_cert=dev.cert("front_proxy_client") if "front-proxy" in option else None,
-        lb_key=dev.key("front_proxy_client") if "front-proxy" in option else None,
+        lb_cert=dev.cert(role) if role else None,
+        lb_key=dev.key(role) if role else None,
+        lb_load_reader=option == "load-reader",
         lb_secret=secret_of(dev) if "shared-secret" in option else None,
         client_cert=dev.cert("user"),
         client_key=dev.key("user"),
@@ -131,7 +149,24 @@ def summarize_probe(result: ProbeResult) -> dict[str, Any]:
         "leaking_vectors": leaks[:10],
         "timing_p_value": round(timing.test.p_value, 4) if timing else None,
         "seconds": round(result.seconds, 1),
+        "grants": grants(result),
     }
+
+
+def grants(result: ProbeResult) -> Grants:
+    """What else the load balancer's credential grants, read back from selfsubjectreviews: the identity its
+    certificate names (the identity control), else, for a secret, whatever the forged identities of the vectors
+    without a certificate got (a secret is all such a client holds)."""
+    if result.lb_grants_identity is not None:
+        return "any identity" if result.lb_grants_identity else "load only"
+    if not result.controls:
+        return "unknown"
+    if any(c.vector.variant == "TEXT" and c.vector.identity == "none" for c in result.controls):
+        return "nothing needed"  # the bare opt-in is the whole credential (option 1)
+    forged = [r.impersonation for r in result.results if r.impersonation is not None and r.vector.identity == "none"]
+    if not forged or "unknown" in forged:
+        return "unknown"
+    return "any identity" if "leak" in forged else "load only"
 
 
 def ratio_spread(values: list[float]) -> dict[str, float]:
@@ -215,7 +250,8 @@ INSTR_PATH = "/healthz"  # the cheapest route: the feature's share of a request 
 
 def off_flags(dev: pki.DevPKI) -> list[str]:
     """The baseline replica: the same trust material as every option, the feature not enabled."""
-    return [f for f in lb.replica_flags(dev, "front-proxy,shared-secret") if f != "--enable-endpoint-load-metrics"]
+    every = "front-proxy,shared-secret,load-reader"  # every credential completes its handshake here too
+    return [f for f in lb.replica_flags(dev, every) if f != "--enable-endpoint-load-metrics"]
 
 
 def instruction_cost(dev: pki.DevPKI, settings: Settings, workdir: Path) -> dict[str, Any]:
@@ -405,6 +441,7 @@ def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
             fmt(cell["hpack_response"]["marginal_bytes_per_response"]),
             fmt(cell["hpack_request_bytes"]),
             fmt(bypass["timing_p_value"]),
+            bypass.get("grants", "unknown"),
         ])  # fmt: skip
     return rows
 
@@ -412,7 +449,7 @@ def matrix_rows(results: dict[str, Any]) -> list[list[str]]:
 COST_KEYS = ("throughput_ratio", "p99_ratio")  # wall clock: secondary, beside the A/A control
 HEADER = ["option", "bypass client", "through the LB", "instructions/request ÷ off",
           "instructions/new connection ÷ no certificate", "wall clock: req/s ÷ off", "wall clock: p99 ÷ off",
-          "HPACK B/resp", "HPACK B/req", "secret timing p"]  # fmt: skip
+          "HPACK B/resp", "HPACK B/req", "secret timing p", "what else the credential grants"]  # fmt: skip
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -473,13 +510,31 @@ def recommend(results: dict[str, Any]) -> list[str]:
         f"balancer configuration and logs, and grants to anyone who learns it until rotated; the timing check of "
         f"its comparison gave p = {secret['bypass']['timing_p_value']} (no evidence of a timing leak at p < 0.001)."
     )
-    out.append(
-        "Recommendation for the KEP: resolve the open question with option 2 as the default (kube-apiserver "
-        "already trusts the requestheader CA and allowed names for front proxies, and an L7 load balancer that "
-        "preserves client-certificate authentication already holds such a certificate), accept option 3 only "
-        "where the load balancer cannot present a client certificate upstream, and do not ship option 1 except "
-        "behind an explicit flag documented as unsafe when replicas are reachable directly."
-    )
+    return out + derive(figures(results))
+
+
+def figures(results: dict[str, Any]) -> list[Figures]:
+    """The measured matrix as the recommendation rules read it (lab.recommend)."""
+    counted = results.get("instructions", {}).get("options", {})
+    out = []
+    for option in OPTIONS:
+        cell = results["options"][option]
+        bypass = cell["bypass"]
+        measured = counted.get(option)
+        out.append(
+            Figures(
+                option=option,
+                title=cell["title"],
+                bypass_leaks=bypass["leaks"],
+                bypass_vectors=bypass["vectors"],
+                bypass_verdict=bypass["verdict"],
+                grants=bypass.get("grants", "unknown"),
+                lb_secret="shared-secret" in option,
+                lb_certificate=option in ("front-proxy", "load-reader", "front-proxy,shared-secret"),
+                cost=measured["request_ratio"]["median"] if measured else None,
+                cost_bound=round(1 + 2 * measured["spread"], 4) if measured else 1.0,
+            )
+        )
     return out
 
 
