@@ -6,13 +6,13 @@
 
 Every figure is a difference of two counted windows, a run of N requests minus a run of M on the same warm
 process, divided by N - M: start-up, imports, the TLS handshake and the connection's end cancel out. Wall time
-never enters. Drift sources are pinned by ``secure_orca.lab.pinned`` (hash seed, UUIDs, the Date header's clock, the
+never enters. Drift sources are pinned by ``secure_orca.cli.pinned`` (hash seed, UUIDs, the Date header's clock, the
 sampler's timer, the GC's start-up generation), so repeats agree to about 0.01%.
 
 - **in process**: the ASGI app exactly as ``serve`` builds it (``build_config`` + ``build_app``) around the demo
   backend, called in one event loop; windows are marked from inside with callgrind client requests
   (``instr_marks.c``, compiled on first use).
-- **whole server**: real ``secure-orca serve`` (through ``secure_orca.lab.pinned``) under callgrind, real TLS and
+- **whole server**: real ``secure-orca serve`` (through ``secure_orca.cli.pinned``) under callgrind, real TLS and
   HTTP/2, driven by h2load with one connection and one stream (``-c 1 -m 1``: the same frames every run);
   windows are marked from outside with ``callgrind_control``.
 - **per new connection**: K connections of one request each minus one connection of K requests, over K - 1.
@@ -183,7 +183,7 @@ IN_PROCESS_EXTRA = ("pass-through",)  # the demo backend behind a middleware tha
 async def _child_inprocess(args: argparse.Namespace) -> None:
     """Runs under valgrind: warm every app, then count windows of M and N requests per (server, variant)."""
     from benchmarks.middleware_cost import PassThrough, _attached, _discard, _receive, build_middleware, make_scope
-    from secure_orca.lab.pinned import pin, reset
+    from secure_orca.cli.pinned import pin, reset
     from secure_orca.server import demo
     from secure_orca.server.sampler import Sampler
 
@@ -272,7 +272,7 @@ def run_server(
     connections: int,
 ) -> dict[str, Any]:
     """Per-request instructions of the whole server for each variant on and off, and per new connection.
-    Each repeat starts both servers afresh with another memory layout (``secure_orca.lab.pinned``), so the spread
+    Each repeat starts both servers afresh with another memory layout (``secure_orca.cli.pinned``), so the spread
     includes what addresses alone change (CPython's type-attribute cache is indexed by address)."""
     chosen = [v for v in variants(bench) if v.key in keys]
     windows: dict[str, int] = {}

@@ -7,7 +7,6 @@ HTTP/1.1 with certificates minted here from the development client CA, with subj
 
 from __future__ import annotations
 
-import datetime as dt
 import http.server
 import json
 import ssl
@@ -18,15 +17,14 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import NameOID
 
 from secure_orca import pki
 from secure_orca.envoy import launcher as lb
 from secure_orca.lab import replicas as launch
 
 from .conftest import load_issued
+from .hostile.test_certificate_names import issue
 
 pytestmark = [pytest.mark.envoy, pytest.mark.skipif(not lb.envoy_available(), reason="envoy not installed")]
 IDENTITY = ("x-remote-user", "x-remote-group", "x-remote-uid")
@@ -72,22 +70,8 @@ def envoy_url(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def mint(dev_pki: pki.DevPKI, root: Path, name: str, subject: x509.Name) -> tuple[Path, Path]:
-    """A clientAuth leaf from the development client CA with exactly ``subject``."""
-    ca = load_issued(dev_pki.cert("client_ca"), dev_pki.key("client_ca"))
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    issued = pki.Issued(cert, key)
+    """A clientAuth leaf from the development client CA with exactly ``subject``, written to ``root``."""
+    issued = issue(load_issued(dev_pki.cert("client_ca"), dev_pki.key("client_ca")), list(subject.rdns))
     paths = root / f"{name}.crt", root / f"{name}.key"
     paths[0].write_bytes(issued.cert_pem())
     paths[1].write_bytes(issued.key_pem())

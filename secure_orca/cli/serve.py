@@ -22,7 +22,8 @@ from secure_orca.orca.report import DEFAULT_DECIMALS
 from secure_orca.server.adapter import bind_address
 from secure_orca.server.assembly import Server
 from secure_orca.server.config import GATE, build_config
-from secure_orca.server.metrics import is_loopback, parse_address
+from secure_orca.server.flags import is_loopback
+from secure_orca.server.metrics import parse_address
 from secure_orca.server.middleware import ATTACH_MODES
 
 log = logging.getLogger("secure_orca.serve")

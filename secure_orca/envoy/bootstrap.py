@@ -33,6 +33,7 @@ from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
 from secure_orca.orca.optin import header_value
+from secure_orca.server.flags import is_loopback
 
 OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only", "load-reader")
 POLICIES = ("cswrr", "round-robin")
@@ -226,7 +227,7 @@ class LBConfig:
         for port in (self.listen_port, self.admin_port):
             if not 0 <= port <= 65535:
                 raise ConfigError(f"port {port} is not in 0-65535")
-        if not _is_loopback(self.admin_host):
+        if not is_loopback(self.admin_host):
             raise ConfigError(f"admin address {self.admin_host}: the admin interface must stay on loopback")
         creds = self.credentials
         if "front-proxy" in self.modes and (creds.front_proxy_cert is None or creds.front_proxy_key is None):
@@ -244,13 +245,6 @@ class LBConfig:
         return "front-proxy" in self.modes and self.credentials.client_ca is not None
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # ---- pieces of the bootstrap -------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A figure is a difference of two counted windows on the same warm server, a run of N requests minus a run of M,
 divided by N - M: start-up, the TLS handshake and the connection's end cancel out, and wall time never enters.
-The server runs through ``secure_orca.lab.pinned`` (hash seed, UUIDs, the Date header's clock, the sampler's
+The server runs through ``secure_orca.cli.pinned`` (hash seed, UUIDs, the Date header's clock, the sampler's
 timer and the GC pinned; one memory layout per repeat). Windows are marked from outside with
 ``callgrind_control``; before each, the server gets ``SIGUSR1`` (same GC and UUID state) and the harness waits
 until its CPU time stops moving, so no window cuts a connection's close at a random point.
@@ -32,7 +32,7 @@ from secure_orca.lab.loadgen import Identity, Load, run_h2load
 
 VALGRIND = ("valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no", "--dump-instr=no")
 PINNED_ENV = {"PYTHONHASHSEED": "0"}
-LAYOUT_ENV = "SECURE_ORCA_BENCH_LAYOUT"  # read by secure_orca.lab.pinned
+LAYOUT_ENV = "SECURE_ORCA_BENCH_LAYOUT"  # read by secure_orca.cli.pinned
 SETTLE_POLL = 0.1  # seconds between looks at the server's CPU time
 SETTLE_QUIET = 3  # looks in a row without CPU time: the server is idle
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
@@ -140,7 +140,7 @@ class CountedServer:
     def window(self, label: str) -> Iterator[None]:
         """Count what happens inside the block as one dump named ``label`` (no shell metacharacters:
         callgrind_control hands it to vgdb through a shell)."""
-        self.process.send_signal(signal.SIGUSR1)  # secure_orca.lab.pinned.reset: same GC and UUID state
+        self.process.send_signal(signal.SIGUSR1)  # secure_orca.cli.pinned.reset: same GC and UUID state
         self.settle()
         self.control("--zero")
         yield
@@ -174,7 +174,7 @@ def counted_server(
     """``secure-orca serve`` with ``serve_args`` (everything after ``serve`` but the address flags) under
     callgrind, instrumentation off until ``control("--instr=on")``."""
     port = launch.free_port(host)
-    argv = [sys.executable, "-m", "secure_orca.lab.pinned", "serve", *serve_args]
+    argv = [sys.executable, "-m", "secure_orca.cli.pinned", "serve", *serve_args]
     argv += ["--bind-address", host, "--secure-port", str(port), "--credential-reload-interval", "1h"]
     command = [*VALGRIND, f"--callgrind-out-file={prefix}.%p", *argv]
     with (prefix.parent / f"{prefix.name}.log").open("wb") as log:

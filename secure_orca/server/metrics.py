@@ -7,7 +7,6 @@ nothing. Served on an opt-in address, loopback unless told otherwise.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
@@ -94,11 +93,3 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) is a loopback address; any other name is not."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

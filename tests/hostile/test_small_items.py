@@ -17,7 +17,8 @@ from secure_orca.authz.policy import DECISIONS
 from secure_orca.lab import loadgen
 from secure_orca.lab import replicas as launch
 from secure_orca.server.asgi import respond
-from secure_orca.server.metrics import Metrics, is_loopback
+from secure_orca.server.flags import is_loopback
+from secure_orca.server.metrics import Metrics
 from secure_orca.server.sampler import Sampler
 
 from ..conftest import fp_flags

@@ -1,6 +1,6 @@
 """Run ``secure-orca`` with every source of instruction-count drift pinned (for runs under valgrind).
 
-    python -m secure_orca.lab.pinned serve --bind-address 127.0.0.1 ...
+    python -m secure_orca.cli.pinned serve --bind-address 127.0.0.1 ...
 
 What would make two runs of the same requests execute different instructions, and how it is pinned:
 
