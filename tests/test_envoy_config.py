@@ -424,6 +424,12 @@ def test_cli_prints_to_stdout_without_secret(dev_pki: pki.DevPKI, capsys: pytest
         (["--upstream", "h:1"], "--output"),
         (["--upstream", "h:1", "--option", "header-only", "--listen", "h"], "--listen"),
         (["--upstream", "h:1@a", "--upstream", "h:2", "-o", "x.yaml"], "every upstream a zone"),
+        (["--upstream", "h:1", "--option", "front-proxy", "--requestheader-username-headers", "X User"],
+         "not an HTTP header name"),
+        (["--upstream", "h:1", "--option", "front-proxy", "--requestheader-group-headers", ""], "at least one"),
+        (["--upstream", "h:1", "--option", "load-reader", "--load-reader-cert-file", "/nonexistent.crt"],
+         "--load-reader-cert-file"),
+        (["--upstream", "h:1", "--option", "front-proxy", "--client-ca-file", "/nonexistent.crt"], "--client-ca-file"),
     ],
 )
 def test_cli_errors_are_one_line(

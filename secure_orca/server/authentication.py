@@ -28,7 +28,7 @@ from secure_orca.authn.union import chain
 from secure_orca.authn.user import UserInfo
 from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
-from secure_orca.server.middleware import ChainCache
+from secure_orca.server.middleware import ChainCache, chain_key
 
 log = logging.getLogger("secure_orca.authn")
 USER_KEY = "secure_orca.user"  # scope key of the authenticated UserInfo
@@ -97,20 +97,21 @@ class AuthenticationMiddleware:
 
     def request(self, scope: Scope) -> Request:
         now = dt.datetime.now(dt.UTC)
-        tls = scope.get("extensions", {}).get("tls") or {}
+        extensions = scope.get("extensions") or {}
+        tls = extensions.get("tls") or {}
         chain = tuple(tls.get("client_cert_chain") or ())
         leaf = _leaf(chain[0]) if chain else None
-        if leaf is None or _check(self.load_readers(), chain, now).holds_at(now):
-            # no certificate, or a load reader's: it may read load reports and asserts nothing (option 2b)
+        if leaf is None:
             return Request(scope["headers"], now)
-        cache = self.front_proxy()
-        return Request(
-            scope["headers"],
-            now,
-            leaf,
-            _check(cache, chain, now),
-            _check(self.clients, chain, now),
-        )
+        key = chain_key(extensions, chain)  # hashed once per connection, shared with the load-report layer
+
+        def check(cache: ChainCache | None) -> FrontProxyResult:
+            return cache.lookup(chain, now, key) if cache is not None else NO_CERTIFICATE
+
+        if check(self.load_readers()).holds_at(now):
+            # a load reader's certificate: it may read load reports and asserts nothing (option 2b)
+            return Request(scope["headers"], now)
+        return Request(scope["headers"], now, leaf, check(self.front_proxy()), check(self.clients))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -127,7 +128,3 @@ class AuthenticationMiddleware:
         kept, _ = self.identity.strip(scope["headers"])
         kept = [(name, value) for name, value in kept if name.lower() != _AUTHORIZATION]
         await self.app({**scope, "headers": kept, USER_KEY: outcome.user}, receive, send)
-
-
-def _check(cache: ChainCache | None, chain: tuple[str, ...], now: dt.datetime) -> FrontProxyResult:
-    return cache.lookup(chain, now) if cache is not None else NO_CERTIFICATE

@@ -14,7 +14,7 @@ import hmac
 import itertools
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
@@ -66,8 +66,24 @@ class ConnectionMemo:
         self.recheck = checks.recheck
         self.windows = tuple(_window(r) for r in (checks.identity, checks.reader) if r.ok)
 
+    def clock(self) -> int:
+        """The time to decide at: only a certificate that holds at some time (or may start to) makes the
+        decision depend on the clock; otherwise 0, and no clock is read."""
+        return now_us() if self.windows or self.recheck < 2**63 else 0
+
     def holding(self, now: int) -> tuple[bool, ...]:
         return tuple(start <= now <= end for start, end in self.windows)
+
+
+def chain_key(extensions: Scope, chain: Sequence[str]) -> bytes:
+    """``ChainCache.key`` of the connection's client chain, hashed once per connection (the memo keeps it)."""
+    memo = extensions.get(CONNECTION_KEY)
+    key = memo.chain_key if memo is not None else None
+    if key is None:
+        key = ChainCache.key(tuple(chain))
+        if memo is not None:
+            memo.chain_key = key
+    return key
 
 
 def _window(result: FrontProxyResult) -> tuple[int, int]:
@@ -256,11 +272,10 @@ class LoadReportMiddleware:
             now = now_us()
             checks = self.identify(extensions, authority, now)
             return authority.policy.decide(optin_values, checks.identity, at(now), checks.reader)
-        now = now_us() if memo.windows or memo.recheck < 2**63 else 0
+        now = memo.clock()
         if memo.authority is not authority or now >= memo.recheck:
             memo.remember(authority, self.identify(extensions, authority, now or now_us()))
-            now = now_us() if memo.windows or memo.recheck < 2**63 else 0
-        # Only a certificate that holds at some time (or may start to) makes the decision depend on the clock.
+            now = memo.clock()
         held = memo.holding(now)  # exactly FrontProxyResult.holds_at, in microseconds, per check
         single = len(optin_values) == 1
         if single and held == memo.held and memo.optin is not None and hmac.compare_digest(optin_values[0], memo.optin):
@@ -276,14 +291,9 @@ class LoadReportMiddleware:
         verified once per distinct chain)."""
         tls = extensions.get("tls") or {}
         chain = tls.get("client_cert_chain")
-        memo = extensions.get(CONNECTION_KEY)
         if not chain or (authority.chains is None and authority.readers is None):
             return Checks()
-        key = memo.chain_key if memo is not None else None
-        if key is None:  # once per connection: the chain of a connection never changes
-            key = ChainCache.key(tuple(chain))
-            if memo is not None:
-                memo.chain_key = key
+        key = chain_key(extensions, chain)
         when = at(now)
         identity = reader = NO_CERTIFICATE
         recheck = _NEVER
