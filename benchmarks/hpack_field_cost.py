@@ -4,7 +4,9 @@
 
 The response headers of the demo's /healthz as hypercorn hands them to h2 (a fresh ``audit-id`` UUID each time,
 as kube-apiserver sends), encoded on one long-lived HPACK context, with and without a load report of the size
-the sampler publishes; and h2's outbound header normalisation and validation of the same lists. Per response:
+the sampler publishes; and h2's outbound header normalisation and validation of the same lists. The "indexed"
+rows use the server's own encoder (``secure_orca/server/h2_headers.py``); "report carried" is how the server
+sends the report: past h2 (whose work is then the "no report" row) and appended by that encoder. Per response:
 a window of N encodings minus a window of M, as in ``benchmarks/instructions.py``.
 """
 
@@ -32,6 +34,8 @@ def _child(marks_path: str) -> None:
     import hpack
     from h2.utilities import HeaderValidationFlags
 
+    from secure_orca.server.h2_headers import IndexedEncoder
+
     marks = ctypes.CDLL(marks_path)
     uuids = random.Random(0)
     flags = HeaderValidationFlags(is_client=False, is_trailer=False, is_response_header=True, is_push_promise=False)
@@ -54,6 +58,16 @@ def _child(marks_path: str) -> None:
     for name, shape in shapes.items():
         encoder = hpack.Encoder()
         cases[f"hpack encode: {name}"] = lambda e=encoder, f=shape: e.encode(f(base()))
+    for name in ("no report", "report last"):
+        indexed = IndexedEncoder()
+        cases[f"indexed encode: {name}"] = lambda e=indexed, f=shapes[name]: e.encode(f(base()))
+    carrying = IndexedEncoder()
+
+    def carried() -> bytes:
+        carrying.carried = REPORT[1]  # as server/adapter.encode_headers hands it over
+        return carrying.encode(base())
+
+    cases["indexed encode: report carried"] = carried
     for name in ("no report", "report last"):
         shape = shapes[name]
         cases[f"h2 normalise + validate: {name}"] = lambda f=shape: list(
@@ -93,15 +107,17 @@ def main() -> int:
     command += [sys.executable, "-m", "benchmarks.hpack_field_cost", "--child", str(marks)]
     subprocess.run(command, env=instrcount.pinned_env(0), check=True, capture_output=True, timeout=600)
     totals = {k: instrcount.dump_total(p) for k, p in dumps_by_label(workdir, "field").items() if "," in k}
-    names = sorted({k.rsplit(",", 1)[0] for k in totals}, key=lambda n: (not n.startswith("hpack"), n))
+    names = sorted({k.rsplit(",", 1)[0] for k in totals}, key=lambda n: (n.split(":")[0], n))
     per = {n: (totals[f"{n},{LONG}"] - totals[f"{n},{SHORT}"]) / (LONG - SHORT) for n in names}
     print("| step, per response | instructions | added by the report |\n|---|---|---|")
     for name in names:
         step = name.split(":")[0]
         added = per[name] - per[f"{step}: no report"]
         print(f"| {name} | {per[name]:,.0f} | {added:+,.0f} |")
-    print(f"\n(run of {LONG} − run of {SHORT}) ÷ {LONG - SHORT}, each row on its own HPACK context (4096-byte "
-          "table); every figure includes building the header list (a fresh UUID), which the differences cancel.")
+    print(
+        f"\n(run of {LONG} − run of {SHORT}) ÷ {LONG - SHORT}, each row on its own HPACK context (4096-byte "
+        "table); every figure includes building the header list (a fresh UUID), which the differences cancel."
+    )
     return 0
 
 

@@ -52,6 +52,7 @@ import h2.events
 import h2.exceptions
 import h2.stream
 import h11
+import hpack
 from cryptography import x509
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.asyncio.tcp_server import TCPServer
@@ -66,6 +67,7 @@ from hyperframe.frame import GoAwayFrame
 
 from secure_orca.authz.kubex509 import ca_bundle
 from secure_orca.errors import SecureOrcaError
+from secure_orca.server.h2_headers import REPORT_FIELD_NAME, IndexedEncoder, passes_unchanged
 from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 
 log = logging.getLogger("secure_orca.server")
@@ -76,6 +78,7 @@ _ENCODING_DER = _ssl.ENCODING_DER
 MAX_STREAM_ID = 2**31 - 1
 GOAWAY_GRACE = 1.0  # seconds between the GOAWAY notice and the real one: well over a round trip, as Go's server
 DRAIN_LIMIT = 60.0  # seconds accepted streams may take to finish after the real GOAWAY
+CHECKED_REPORTS_KEPT = 4  # report fields whose h2 check a connection remembers (one per sample)
 _TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
 
 
@@ -285,6 +288,52 @@ def _refuse_malformed_streams(protocol: H2Protocol) -> None:
     setattr(protocol, "_create_stream", checked)  # noqa: B010  (this connection's protocol only)
 
 
+def encode_headers(connection: h2.connection.H2Connection) -> None:
+    """Give a new HTTP/2 connection the server's header encoding (``server/h2_headers.py``), before its first
+    header block (the peer's decoder mirrors the table from the start):
+
+    - the indexed HPACK encoder: hpack's bytes, found without scanning the table;
+    - the carried report: a response whose first field after ``:status`` is the report (the middleware puts it
+      there) is sent without it through h2, and the encoder appends it to that block. h2 runs its outbound
+      normalisation and validation on every field of every block; for the report's field, which is the same
+      on every response of a sample, they run once per distinct field (``passes_unchanged``, h2's own
+      functions) and a field they would change or refuse is not carried."""
+    encoder = connection.encoder
+    if type(encoder) is not hpack.Encoder or encoder.header_table.dynamic_entries:
+        return
+    indexed = IndexedEncoder()
+    indexed.header_table_size = encoder.header_table_size
+    indexed.header_table.resized = encoder.header_table.resized
+    indexed.table_size_changes = list(encoder.table_size_changes)
+    connection.encoder = indexed
+    send_headers = connection.send_headers
+    checked: dict[tuple[bytes, bytes], bool] = {}
+
+    def carry_report(stream_id: int, headers: Any, *args: Any, **kwargs: Any) -> None:
+        if (
+            type(headers) is list
+            and len(headers) > 1
+            and headers[1][0] == REPORT_FIELD_NAME
+            and headers[0][0] == b":status"
+        ):
+            field = headers[1]
+            carried = checked.get(field)
+            if carried is None:
+                if len(checked) >= CHECKED_REPORTS_KEPT:
+                    checked.clear()
+                carried = checked[field] = passes_unchanged(field, connection.config)
+            if carried:
+                del headers[1]  # hypercorn's list, built for this call
+                indexed.carried = field[1]
+                try:
+                    return send_headers(stream_id, headers, *args, **kwargs)
+                finally:
+                    indexed.carried = None  # never left for another block, whatever h2 raised
+        return send_headers(stream_id, headers, *args, **kwargs)
+
+    setattr(connection, "send_headers", carry_report)  # noqa: B010  (this connection only)
+
+
 def _no_upgrade_to_h2(protocol: H11Protocol) -> None:
     """Serve ``Upgrade: h2c`` and the cleartext HTTP/2 preface as what they are over TLS: HTTP/1.1 requests
     (ALPN chose the protocol). hypercorn would answer 101 and switch."""
@@ -335,6 +384,8 @@ class TLSAwareTCPServer(TCPServer):
         malformed-stream guards before it handles data."""
         if isinstance(wrapper.protocol, H11Protocol):
             _no_upgrade_to_h2(wrapper.protocol)
+        if isinstance(wrapper.protocol, H2Protocol):
+            encode_headers(wrapper.protocol.connection)
         handle = wrapper.handle
 
         async def guarded_handle(event: Event) -> None:

@@ -2,8 +2,9 @@
 
 For every HTTP request it removes the opt-in header before the application (or a proxied backend) sees it,
 removes ``endpoint-load-metrics`` and ``endpoint-load-metrics-bin`` from whatever the application returns
-(headers and trailers), and appends the sampler's cached header tuple only when the feature is on and the
-policy grants it. The client identity comes from the ASGI TLS extension, ``scope["extensions"]["tls"]``.
+(headers and trailers), and puts the sampler's cached header tuple first among the response's headers only
+when the feature is on and the policy grants it (first, so the server's HTTP/2 adapter finds it at once:
+``adapter.encode_headers``). The client identity comes from the ASGI TLS extension, ``scope["extensions"]["tls"]``.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ class ConnectionMemo:
     notBefore among the presented certificates, when a refusal may turn into a grant).
     """
 
-    __slots__ = ("authority", "chain_key", "decision", "held", "identity", "last", "optin", "reader", "recheck",
-                 "windows")  # fmt: skip
+    __slots__ = ("authority", "chain_key", "decision", "identity", "last", "optin", "reader", "recheck", "since",
+                 "timed", "until", "windows")  # fmt: skip
 
     def __init__(self) -> None:
         self.last: tuple[bytes, bytes] | None = None
@@ -56,23 +57,37 @@ class ConnectionMemo:
         self.reader: FrontProxyResult = NO_CERTIFICATE  # load-reader check (option 2b)
         self.windows: tuple[tuple[int, int], ...] = ()  # microsecond windows in which each check holds
         self.recheck = 2**63  # microseconds since the epoch: identify again from then on
-        self.optin: bytes | None = None  # the single opt-in value ``decision`` was made for
-        self.held: tuple[bool, ...] = ()
+        self.timed = False  # whether a decision depends on the clock (a window or a recheck exists)
+        self.optin = b""  # the single opt-in value ``decision`` was made for (reused only within since..until)
+        self.since, self.until = 0, -1  # microseconds in which every check holds as it did for ``decision``
         self.decision = NO_OPT_IN
 
     def remember(self, authority: Authority, checks: Checks) -> None:
         """The connection's certificate checks under ``authority`` (forgets the last decision)."""
-        self.authority, self.identity, self.reader, self.optin = authority, checks.identity, checks.reader, None
+        self.authority, self.identity, self.reader = authority, checks.identity, checks.reader
+        self.optin, self.since, self.until = b"", 0, -1  # no decision yet: nothing to reuse
         self.recheck = checks.recheck
         self.windows = tuple(_window(r) for r in (checks.identity, checks.reader) if r.ok)
+        self.timed = bool(self.windows) or self.recheck < 2**63
 
     def clock(self) -> int:
         """The time to decide at: only a certificate that holds at some time (or may start to) makes the
         decision depend on the clock; otherwise 0, and no clock is read."""
-        return now_us() if self.windows or self.recheck < 2**63 else 0
+        return now_us() if self.timed else 0
 
-    def holding(self, now: int) -> tuple[bool, ...]:
-        return tuple(start <= now <= end for start, end in self.windows)
+    def steady(self, now: int) -> tuple[int, int]:
+        """The microseconds around ``now`` in which each check holds exactly as at ``now`` (``FrontProxyResult
+        .holds_at``: notBefore <= t <= notAfter), before ``recheck``: a decision made at ``now`` stands for any
+        time in it."""
+        since, until = -(2**63), self.recheck - 1
+        for start, end in self.windows:
+            if now < start:
+                until = min(until, start - 1)
+            elif now <= end:
+                since, until = max(since, start), min(until, end)
+            else:
+                since = max(since, end + 1)
+        return since, until
 
 
 def chain_key(extensions: Scope, chain: Sequence[str]) -> bytes:
@@ -272,17 +287,21 @@ class LoadReportMiddleware:
             now = now_us()
             checks = self.identify(extensions, authority, now)
             return authority.policy.decide(optin_values, checks.identity, at(now), checks.reader)
-        now = memo.clock()
+        now = time.time_ns() // 1000 if memo.timed else 0  # now_us(), inline: this is every request's path
+        if (
+            memo.authority is authority
+            and memo.since <= now <= memo.until  # never reaches memo.recheck (``steady``)
+            and len(optin_values) == 1
+            and hmac.compare_digest(optin_values[0], memo.optin)
+        ):
+            return memo.decision
         if memo.authority is not authority or now >= memo.recheck:
             memo.remember(authority, self.identify(extensions, authority, now or now_us()))
             now = memo.clock()
-        held = memo.holding(now)  # exactly FrontProxyResult.holds_at, in microseconds, per check
-        single = len(optin_values) == 1
-        if single and held == memo.held and memo.optin is not None and hmac.compare_digest(optin_values[0], memo.optin):
-            return memo.decision
         decision = authority.policy.decide(optin_values, memo.identity, at(now or now_us()), memo.reader)
-        if single:
-            memo.optin, memo.held, memo.decision = optin_values[0], held, decision
+        if len(optin_values) == 1:
+            memo.optin, memo.decision = optin_values[0], decision
+            memo.since, memo.until = memo.steady(now)
         return decision
 
     @staticmethod
@@ -348,15 +367,13 @@ class LoadReportMiddleware:
                     once = self.once_per_sample
                     if granted.attach and header is not None and (not once or self._fresh(scope, header)):
                         attach = header
-                if attach is not None or any(name.lower() in _ORCA_SPELLINGS for name, _ in headers):
+                if any(name.lower() in _ORCA_SPELLINGS for name, _ in headers):  # the same scan when off
                     kept, removed = strip_orca(list(headers))
                     if self.on_stripped is not None:
                         self.on_stripped(removed)
-                    if attach is not None:
-                        kept.append(attach)
-                    message = dict(message, headers=kept)
-                elif attach is not None:
-                    message = dict(message, headers=[*headers, attach])
+                    message = dict(message, headers=kept if attach is None else [attach, *kept])
+                elif attach is not None:  # first: the server's HTTP/2 adapter finds it there (carry_report)
+                    message = dict(message, headers=[attach, *headers])
             await send(message)
 
         try:

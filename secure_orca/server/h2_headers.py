@@ -1,0 +1,182 @@
+"""The server's HPACK encoder: hpack's, with its dynamic table indexed and the load report's coding cached (pure).
+
+hpack 4.2 finds a field in its dynamic table by scanning it from the newest entry, for every field without a
+full static match. A response's ``audit-id`` is new every time (as kube-apiserver's), so the 4096-byte table
+stays full (about 50 entries) and every response pays for several full scans; the report's entry sinks one
+place per response until it is evicted and Huffman-coded again. ``IndexedHeaderTable`` keeps, beside hpack's
+own deque, the number of the newest insertion of each field and of each name, so a search is dict lookups and
+returns exactly the index hpack's scan returns: the bytes on the wire are hpack's, byte for byte
+(``tests/test_hpack_index.py`` encodes random header sequences with both and compares).
+
+``IndexedEncoder`` also remembers the Huffman coding of the report's values for the whole process: every
+connection sends the same value until the next sample. Only the report's name is cached, so a per-response
+value (``audit-id``) never fills the cache.
+
+Relies on hpack 4.x's ``Encoder`` (``header_table``, ``huffman_coder``, ``add``, ``_encode_indexed``) and
+``HeaderTable`` (``dynamic_entries``, ``_current_size``, ``_maxsize``, ``add``, ``_shrink``, ``maxsize``,
+``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/test_hpack_index.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from h2.config import H2Configuration
+from h2.exceptions import ProtocolError
+from h2.utilities import HeaderValidationFlags, normalize_outbound_headers, validate_outbound_headers
+from hpack import Encoder
+from hpack.hpack import encode_integer
+from hpack.table import HeaderTable, table_entry_size
+
+from secure_orca.orca.headers import REPORT
+
+REPORT_FIELD_NAME = _REPORT = REPORT.encode()
+_STATUS = (b":status", b"200")
+_DYNAMIC_BASE = HeaderTable.STATIC_TABLE_LENGTH + 1  # the HPACK index of the newest dynamic entry
+_INCREMENTAL = 0x40  # literal with incremental indexing (RFC 7541 section 6.2.1)
+_HUFFMAN = 0x80
+_INDEXED = [bytes((0x80 | index,)) for index in range(127)]  # indexed field representations of one byte
+CODED_VALUES_KEPT = 4  # report values whose Huffman coding is kept (one per sample; a few samples overlap)
+
+
+class IndexedHeaderTable(HeaderTable):
+    """hpack's dynamic table plus two indexes: the number of the newest insertion of each (name, value) and of
+    each name. Entries are numbered in insertion order; entry ``i`` of ``dynamic_entries`` (0 = newest) is
+    number ``added - 1 - i``. Evicted numbers leave the indexes as they leave the deque."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added = 0
+        self._field_at: dict[tuple[bytes, bytes], int] = {}
+        self._name_at: dict[bytes, int] = {}
+
+    def _forget_all(self) -> None:
+        self._field_at.clear()
+        self._name_at.clear()
+
+    def add(self, name: bytes, value: bytes) -> None:
+        if table_entry_size(name, value) > self._maxsize:  # hpack empties the table and adds nothing
+            self._forget_all()
+        else:
+            self._field_at[(name, value)] = self.added
+            self._name_at[name] = self.added
+            self.added += 1
+        super().add(name, value)
+
+    def _shrink(self) -> None:
+        entries = self.dynamic_entries
+        size = self._current_size
+        while size > self._maxsize:
+            oldest = self.added - len(entries)
+            name, value = entries.pop()
+            size -= table_entry_size(name, value)
+            if self._field_at.get((name, value)) == oldest:
+                del self._field_at[(name, value)]
+            if self._name_at.get(name) == oldest:
+                del self._name_at[name]
+        self._current_size = size
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    @maxsize.setter
+    def maxsize(self, newmax: int) -> None:
+        HeaderTable.maxsize.fset(self, newmax)  # type: ignore[attr-defined]
+        if not self.dynamic_entries:
+            self._forget_all()
+
+    def search(self, name: bytes, value: bytes) -> tuple[int, bytes, bytes | None] | None:
+        """hpack's answer, without the scan: a full static match, else the newest full dynamic match, else the
+        static name, else the newest dynamic entry with the name, else None."""
+        static = self.STATIC_TABLE_MAPPING.get(name)
+        if static is not None:
+            index = static[1].get(value)
+            if index is not None:
+                return index, name, value
+        newest = self.added - 1 + _DYNAMIC_BASE
+        number = self._field_at.get((name, value))
+        if number is not None:
+            return newest - number, name, value
+        if static is not None:
+            return static[0], name, None
+        number = self._name_at.get(name)
+        return None if number is None else (newest - number, name, None)
+
+
+class IndexedEncoder(Encoder):
+    """hpack's encoder on an ``IndexedHeaderTable``, plus the carried report: a field that ``carry_report`` took
+    out of a header list after checking that h2 would pass it unchanged, appended to that list's block as
+    the last field (indexed when the table has it; else a literal with its Huffman coding cached per value)."""
+
+    _coded: ClassVar[dict[bytes, bytes]] = {}  # report value -> length and Huffman code (process-wide)
+    _coded_name: ClassVar[bytes] = b""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.header_table: IndexedHeaderTable = IndexedHeaderTable()
+        self.carried: bytes | None = None  # the report value to append to the next block, once
+        self._last_value: bytes | None = None  # the report value last sent; its entry's index is
+        self._last_offset = 0  # header_table.added + _last_offset while the entry is in the table
+        if not IndexedEncoder._coded_name:
+            IndexedEncoder._coded_name = self._string(_REPORT)
+
+    def _string(self, data: bytes) -> bytes:
+        """A Huffman-coded string literal (RFC 7541 section 5.2)."""
+        code = self.huffman_coder.encode(data)
+        length = encode_integer(len(code), 7)
+        length[0] |= _HUFFMAN
+        return bytes(length) + code
+
+    def encode(self, headers: Any, huffman: bool = True) -> bytes:
+        block = super().encode(headers, huffman)
+        value, self.carried = self.carried, None
+        return block if value is None else block + self.report(value)
+
+    def report(self, value: bytes) -> bytes:
+        """The representation of ``endpoint-load-metrics: value`` (RFC 7541 sections 6.1 and 6.2.1), as hpack's
+        ``add`` would choose it, the table updated as it would be."""
+        table = self.header_table
+        if value is self._last_value:  # still in the table? Then it is indexed: one byte while index < 127
+            index = table.added + self._last_offset
+            if index < _DYNAMIC_BASE + len(table.dynamic_entries):
+                return _INDEXED[index] if index < len(_INDEXED) else self._encode_indexed(index)
+        match = table.search(_REPORT, value)
+        if match is not None and match[2] is not None:
+            if match[0] >= _DYNAMIC_BASE:
+                self._last_value, self._last_offset = value, match[0] - table.added
+            return self._encode_indexed(match[0])
+        coded = self._coded.get(value)
+        if coded is None:
+            if len(self._coded) >= CODED_VALUES_KEPT:
+                self._coded.clear()
+            coded = self._coded[value] = self._string(value)
+        if match is None:
+            prefix = bytes((_INCREMENTAL,)) + self._coded_name
+        else:
+            name_index = encode_integer(match[0], 6)
+            name_index[0] |= _INCREMENTAL
+            prefix = bytes(name_index)
+        table.add(_REPORT, value)
+        if table.dynamic_entries:  # (an entry larger than the whole table empties it instead)
+            self._last_value, self._last_offset = value, _DYNAMIC_BASE - table.added
+        return prefix + coded
+
+
+def passes_unchanged(field: tuple[bytes, bytes], config: H2Configuration) -> bool:
+    """Whether h2's outbound normalisation and validation, as ``config`` enables them, leave ``field`` exactly as
+    it is after ``:status`` in a response header block: the same functions h2's ``_build_headers_frames`` runs
+    on every block, on a block of the two."""
+    flags = HeaderValidationFlags(is_client=False, is_trailer=False, is_response_header=True, is_push_promise=False)
+    block = [_STATUS, field]
+    headers: Iterable[Any] = block
+    try:
+        if config.normalize_outbound_headers:
+            headers = normalize_outbound_headers(headers, flags, config.split_outbound_cookies)
+        if config.validate_outbound_headers:
+            headers = validate_outbound_headers(headers, flags)
+        result = list(headers)
+    except ProtocolError:
+        return False
+    return result == block and all(type(h) is tuple and type(h[1]) is bytes for h in result)
