@@ -67,7 +67,7 @@ from hyperframe.frame import GoAwayFrame
 
 from secure_orca.authz.kubex509 import ca_bundle
 from secure_orca.errors import SecureOrcaError
-from secure_orca.server.h2_headers import REPORT_FIELD_NAME, IndexedEncoder, passes_unchanged
+from secure_orca.server.h2_headers import REPORT_FIELD_NAME, IndexedEncoder, passes_unchanged, remember
 from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 
 log = logging.getLogger("secure_orca.server")
@@ -78,7 +78,6 @@ _ENCODING_DER = _ssl.ENCODING_DER
 MAX_STREAM_ID = 2**31 - 1
 GOAWAY_GRACE = 1.0  # seconds between the GOAWAY notice and the real one: well over a round trip, as Go's server
 DRAIN_LIMIT = 60.0  # seconds accepted streams may take to finish after the real GOAWAY
-CHECKED_REPORTS_KEPT = 4  # report fields whose h2 check a connection remembers (one per sample)
 _TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
 
 
@@ -307,7 +306,7 @@ def encode_headers(connection: h2.connection.H2Connection) -> None:
     indexed.table_size_changes = list(encoder.table_size_changes)
     connection.encoder = indexed
     send_headers = connection.send_headers
-    checked: dict[tuple[bytes, bytes], bool] = {}
+    checked: dict[tuple[bytes, bytes], bool] = {}  # report field -> passes_unchanged (a few per connection)
 
     def carry_report(stream_id: int, headers: Any, *args: Any, **kwargs: Any) -> None:
         if (
@@ -319,9 +318,7 @@ def encode_headers(connection: h2.connection.H2Connection) -> None:
             field = headers[1]
             carried = checked.get(field)
             if carried is None:
-                if len(checked) >= CHECKED_REPORTS_KEPT:
-                    checked.clear()
-                carried = checked[field] = passes_unchanged(field, connection.config)
+                carried = remember(checked, field, passes_unchanged(field, connection.config))
             if carried:
                 del headers[1]  # hypercorn's list, built for this call
                 indexed.carried = field[1]

@@ -6,21 +6,22 @@ stays full (about 50 entries) and every response pays for several full scans; th
 place per response until it is evicted and Huffman-coded again. ``IndexedHeaderTable`` keeps, beside hpack's
 own deque, the number of the newest insertion of each field and of each name, so a search is dict lookups and
 returns exactly the index hpack's scan returns: the bytes on the wire are hpack's, byte for byte
-(``tests/test_hpack_index.py`` encodes random header sequences with both and compares).
+(``tests/test_h2_headers.py`` encodes random header sequences with both and compares).
 
-``IndexedEncoder`` also remembers the Huffman coding of the report's values for the whole process: every
-connection sends the same value until the next sample. Only the report's name is cached, so a per-response
-value (``audit-id``) never fills the cache.
+``IndexedEncoder`` appends the carried report (``adapter.encode_headers`` takes it out of h2's way once
+``passes_unchanged`` says h2 would pass it unchanged): one indexed byte while the table holds it, else a literal whose
+Huffman coding is kept per value for the whole process (every connection sends the same value until the next
+sample; only report values are kept, so a per-response value such as ``audit-id`` never fills the cache).
 
 Relies on hpack 4.x's ``Encoder`` (``header_table``, ``huffman_coder``, ``add``, ``_encode_indexed``) and
 ``HeaderTable`` (``dynamic_entries``, ``_current_size``, ``_maxsize``, ``add``, ``_shrink``, ``maxsize``,
-``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/test_hpack_index.py``.
+``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/test_h2_headers.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from h2.config import H2Configuration
 from h2.exceptions import ProtocolError
@@ -31,13 +32,24 @@ from hpack.table import HeaderTable, table_entry_size
 
 from secure_orca.orca.headers import REPORT
 
-REPORT_FIELD_NAME = _REPORT = REPORT.encode()
+REPORT_FIELD_NAME = REPORT.encode()
 _STATUS = (b":status", b"200")
 _DYNAMIC_BASE = HeaderTable.STATIC_TABLE_LENGTH + 1  # the HPACK index of the newest dynamic entry
 _INCREMENTAL = 0x40  # literal with incremental indexing (RFC 7541 section 6.2.1)
 _HUFFMAN = 0x80
 _INDEXED = [bytes((0x80 | index,)) for index in range(127)]  # indexed field representations of one byte
-CODED_VALUES_KEPT = 4  # report values whose Huffman coding is kept (one per sample; a few samples overlap)
+KEPT = 4  # report values whose Huffman coding, and report fields whose h2 check, are kept (one per sample)
+
+V = TypeVar("V")
+
+
+def remember(cache: dict[Any, V], key: Any, value: V) -> V:
+    """``cache[key] = value``, the cache first emptied when it holds ``KEPT`` entries (bounded whatever values
+    arrive); returns ``value``. Callers look up with ``cache.get`` first, so a hit costs one dict lookup."""
+    if len(cache) >= KEPT:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 class IndexedHeaderTable(HeaderTable):
@@ -120,7 +132,7 @@ class IndexedEncoder(Encoder):
         self._last_value: bytes | None = None  # the report value last sent; its entry's index is
         self._last_offset = 0  # header_table.added + _last_offset while the entry is in the table
         if not IndexedEncoder._coded_name:
-            IndexedEncoder._coded_name = self._string(_REPORT)
+            IndexedEncoder._coded_name = self._string(REPORT_FIELD_NAME)
 
     def _string(self, data: bytes) -> bytes:
         """A Huffman-coded string literal (RFC 7541 section 5.2)."""
@@ -142,23 +154,19 @@ class IndexedEncoder(Encoder):
             index = table.added + self._last_offset
             if index < _DYNAMIC_BASE + len(table.dynamic_entries):
                 return _INDEXED[index] if index < len(_INDEXED) else self._encode_indexed(index)
-        match = table.search(_REPORT, value)
+        match = table.search(REPORT_FIELD_NAME, value)
         if match is not None and match[2] is not None:
             if match[0] >= _DYNAMIC_BASE:
                 self._last_value, self._last_offset = value, match[0] - table.added
             return self._encode_indexed(match[0])
-        coded = self._coded.get(value)
-        if coded is None:
-            if len(self._coded) >= CODED_VALUES_KEPT:
-                self._coded.clear()
-            coded = self._coded[value] = self._string(value)
+        coded = self._coded.get(value) or remember(self._coded, value, self._string(value))
         if match is None:
             prefix = bytes((_INCREMENTAL,)) + self._coded_name
         else:
             name_index = encode_integer(match[0], 6)
             name_index[0] |= _INCREMENTAL
             prefix = bytes(name_index)
-        table.add(_REPORT, value)
+        table.add(REPORT_FIELD_NAME, value)
         if table.dynamic_entries:  # (an entry larger than the whole table empties it instead)
             self._last_value, self._last_offset = value, _DYNAMIC_BASE - table.added
         return prefix + coded
