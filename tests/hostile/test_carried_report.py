@@ -11,6 +11,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import hpack
 import httpx
 import pytest
 
@@ -94,8 +95,27 @@ def test_trailers_starting_with_the_report_are_not_carried() -> None:
     server, client = connected()
     request(server, client, 1)
     server.send_headers(1, [(b":status", b"200")])
-    server.send_headers(1, [(b"x-first", b"1"), FIELD], end_stream=True)
-    assert responses(server, client)[1] == [(b"x-first", b"1"), FIELD]
+    server.send_headers(1, [(b"x-first", b"1"), FIELD, (b"x-last", b"2")], end_stream=True)
+    assert responses(server, client)[1] == [(b"x-first", b"1"), FIELD, (b"x-last", b"2")]  # carried: FIELD last
+
+
+def test_an_encoder_that_has_sent_blocks_is_never_replaced() -> None:
+    """The peer's decoder mirrors the table from the first block: swapping a used encoder would desynchronise
+    it, so the server's encoding is installed only on a fresh one (and a size change still pending goes with
+    it)."""
+    used = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+    used.encoder.encode([(b"x-entry", b"1")])
+    before = used.encoder
+    encode_headers(used)
+    assert used.encoder is before
+    for sizes in ([256], [256, 4096]):  # pending size updates (RFC 7541 6.3), even one back to the default
+        fresh = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        reference = hpack.Encoder()
+        for size in sizes:
+            fresh.encoder.header_table_size = reference.header_table_size = size
+        encode_headers(fresh)
+        assert type(fresh.encoder) is not hpack.Encoder
+        assert fresh.encoder.encode([(b"x-entry", b"1")]) == reference.encode([(b"x-entry", b"1")])
 
 
 def test_over_a_real_connection_only_granted_requests_see_the_report(
