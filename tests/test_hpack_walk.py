@@ -351,6 +351,20 @@ def test_attribution_eviction_cost_by_hand() -> None:
     assert result.orca_first_send == len(blocks[1])
 
 
+def test_new_report_values_are_counted_apart_from_literals() -> None:
+    """A new value is one literal; the same value again is one indexed byte; a value that comes back while the
+    table holds it is a new value but not a literal; a block without a report changes nothing."""
+    a, b = (("endpoint-load-metrics", f"TEXT cpu_utilization={v}") for v in ("0.1", "0.2"))
+    lists = [[(":status", "200"), r] for r in (a, a, b)] + [[(":status", "200")], [(":status", "200"), b]]
+    lists += [[(":status", "200"), a]]
+    encoder = hpack.Encoder()
+    result = attribute_connection([encoder.encode(headers) for headers in lists])
+    assert [c.orca_values for c in result.per_block] == [1, 0, 1, 0, 0, 1]
+    assert [c.orca_literals for c in result.per_block] == [1, 0, 1, 0, 0, 0]
+    rates = result.total.rates(6, 2.0)
+    assert (rates["values_per_s"], rates["literals_per_s"]) == (1.5, 1.0)
+
+
 def test_attribution_flags_a_replay_that_differs() -> None:
     # Literal without indexing is never produced by hpack.Encoder: the replay differs and says so.
     blocks = [h("040c 2f73 616d 706c 652f 7061 7468"), h("82")]

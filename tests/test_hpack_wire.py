@@ -3,9 +3,11 @@
 Tolerances (stated here and in docs/hpack.md):
 - the walker's attributed marginal and the plain A/B difference (opted-in minus other connections' mean
   header block) agree within 1 byte per response + 5%;
-- model and wire, at 100 ms sampling and 1-100 responses/s per connection, agree within 15% on new report
-  literals per second and on marginal bytes per response per octet of report (the server reports five
-  fields, the model three, so raw bytes are compared per octet of the field);
+- model and wire, at 10-100 responses/s per connection, agree within 15% on new report literals per second
+  and on marginal bytes per response per octet of report (the server reports five fields, the model three,
+  so raw bytes are compared per octet of the field). The model samples every 100 ms, or at the longer
+  interval between new report values that the wire saw: how many new values a connection meets is the
+  sampler's timing, which a test must not assert on;
 - h2load's "headers" total and ours for the same run shape agree within 1% without the opt-in and within 5%
   with it (the number of new report literals, ~90 bytes each, depends on timing; observed -3% to +0.3%).
 """
@@ -22,7 +24,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.cli import main
-from secure_orca.hpackcost.wire import HeaderCapture, WireError, parse_target
+from secure_orca.hpackcost.wire import HeaderCapture, WireError, model_interval, parse_target
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN as OPT_IN
 from secure_orca.orca.report import DEFAULT_DECIMALS
@@ -75,6 +77,12 @@ def test_bad_targets(url: str, path: str) -> None:
         parse_target(url, path)
 
 
+def test_model_samples_no_faster_than_the_server_or_the_wire() -> None:
+    assert model_interval(0.1, 8.0) == 0.125  # fewer new values than samples due: the wire's interval
+    assert model_interval(0.1, 12.0) == 0.1  # never faster than the server samples
+    assert model_interval(0.1, 0.0) == 0.1  # no report seen: the server's interval
+
+
 # --- the command against the real server ---------------------------------------------------------------
 
 
@@ -108,7 +116,9 @@ def test_measure_attributes_every_response(secured_replica, dev_pki, capsys) -> 
     assert abs(r["marginal"] - r["ab_marginal"]) <= 1 + 0.05 * r["marginal"]
     assert r["marginal"] == pytest.approx(r["orca_bytes"] + r["eviction_cost"])
     assert r["header_bytes"] > r["header_bytes_without"] > 0
-    assert r["model"]["rate"] == 10 and r["model"]["interval"] == 0.1 and r["model"]["decimals"] == DEFAULT_DECIMALS
+    assert r["literals_per_s"] <= r["values_per_s"]  # a literal only for a new value
+    assert r["model"]["interval"] == pytest.approx(model_interval(0.1, r["values_per_s"]))
+    assert r["model"]["rate"] == 10 and r["model"]["decimals"] == DEFAULT_DECIMALS
 
 
 def test_measure_tables_never_show_the_secret(secured_replica, dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -120,10 +130,14 @@ def test_measure_tables_never_show_the_secret(secured_replica, dev_pki, capsys) 
 
 
 def test_model_and_wire_agree(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
-    """100 ms sampling, 3 decimals, 10 and 100 responses/s per connection: within 15%. The model's values move
-    every sample; a quiet server's sometimes repeat (at 2 decimals often), and a repeated report is an indexed
-    byte instead of a literal. Where every response meets a new sample (2/s) that made the wire 0.51-0.64 of
-    the model's per-octet cost from run to run, so that rate is not held to the model here."""
+    """100 ms sampling, 3 decimals, 10 and 100 responses/s per connection: within 15%. How many new values reach
+    a connection is the sampler's timing, not HPACK: a busy machine samples late (CI once saw 8.3 new values/s
+    where 10 were due, and the model at 100 ms then disagreed by 17%), and at 10/s requests and samples beat
+    against each other. So the model samples at the interval between new values the wire saw (never shorter
+    than 100 ms), and both are held to the encoding: new values cost literals at the model's rate, and the
+    bytes per response per report octet agree. Where every response meets a new sample (2/s) a quiet server's
+    values also repeat (at 2 decimals often); that made the wire 0.51-0.64 of the model's per-octet cost, so
+    that rate is not held to the model here."""
     rates = ["--rate", "10", "--rate", "100", "--decimals", "3"]
     argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--endpoint-load-metrics-decimals", "3"])
     with launch.replicas([argv]) as (replica,):
@@ -133,6 +147,24 @@ def test_model_and_wire_agree(dev_pki, capsys) -> None:  # type: ignore[no-untyp
         ratio = model["marginal"] / model["uncompressed"]
         assert r["marginal_ratio"] == pytest.approx(ratio, rel=0.15), r["rate"]
         assert r["literals_per_s"] == pytest.approx(model["literals_per_s"], rel=0.15), r["rate"]
+        assert r["literals_per_s"] <= r["values_per_s"], r["rate"]  # the value just sent is never a literal again
+        assert model["interval"] == pytest.approx(model_interval(0.1, r["values_per_s"])), r["rate"]
+
+
+def test_front_proxy_names_a_user_as_kube_requires(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+    """kube-apiserver answers a verified front proxy that names no user with 401. The measurement names one
+    (default --remote-user) on both variants, so both get the same 200s; without a user it says what it got."""
+    argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--requestheader-missing-user=unauthorized"])
+    shape = ["--rate", "5", "--duration", "1"]
+    with launch.replicas([argv]) as (replica,):
+        (named,) = run_json(capsys, replica.url, *lb_args(dev_pki), *shape)
+        assert "warning" not in capsys.readouterr().err
+        assert main(["hpack", "measure", replica.url, *lb_args(dev_pki), *shape, "--remote-user", ""]) == 0
+        err = capsys.readouterr().err
+    assert named["statuses"] == named["statuses_without"] == {"200": 5}
+    assert named["ab_marginal"] == pytest.approx(named["marginal"], abs=1 + 0.05 * named["marginal"])
+    assert "warning: rate 5: responses with the opt-in were 401 x5, without it 401 x5" in err
+    assert "--remote-user" in err
 
 
 def test_follows_graceful_goaway(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -150,6 +182,8 @@ def test_follows_graceful_goaway(dev_pki, capsys) -> None:  # type: ignore[no-un
         ([], "give the load balancer's credentials"),
         (["--lb-cert", "x.crt"], "--lb-cert and --lb-key must be given together"),
         (["--lb-secret-file", "/nonexistent/s", "--rate", "0"], "--rate"),
+        (["--lb-secret-file", "/nonexistent/s", "--remote-user", "a\r\nx-remote-group: x"], "--remote-user"),
+        (["--lb-secret-file", "/nonexistent/s", "--remote-user", " lead"], "--remote-user"),
     ],
 )
 def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

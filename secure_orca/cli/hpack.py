@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import ssl
 import sys
 from collections.abc import Callable, Sequence
@@ -43,6 +44,8 @@ MAX_CONNECTIONS = 32
 MAX_DURATION = 600.0
 KEP_BYTES_PER_S = 100_000  # "At 10k QPS this is on the order of 0.1 MB/s"
 KEP_QPS = 10_000
+REMOTE_USER = "hpack-measure"
+HEADER_VALUE = re.compile(r"[!-~](?:[ -~]*[!-~])?")  # RFC 9110 field-value, visible ASCII only
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,10 +72,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--lb-key", type=Path, metavar="FILE", help="its private key")
     a("--lb-secret-file", type=Path, metavar="FILE", help="the load balancer's shared secret (first line used)")
     a("--rate", type=float, action="append", metavar="QPS", help="requests/s per connection, repeatable (1, 10, 100)")
+    a(
+        "--remote-user",
+        default=REMOTE_USER,
+        metavar="NAME",
+        help="the user the load balancer names in X-Remote-User with its --lb-cert, as a front proxy does: "
+        "kube-apiserver answers a front proxy that names no user with 401 (default %(default)s; '' for none)",
+    )
     a("--connections", type=int, default=1, help="connections with the opt-in, and as many without (default 1)")
     a("--duration", type=float, default=10.0, metavar="SECONDS", help="seconds per rate (default 10)")
     a("--path", default="/version", help="path to request (default /version)")
-    a("--interval", default="100ms", help="the server's --endpoint-load-metrics-interval, for the model (100ms)")
+    a(
+        "--interval",
+        default="100ms",
+        help="the server's --endpoint-load-metrics-interval: the model samples at this interval, or at the longer "
+        "one between new report values seen on the wire (100ms)",
+    )
     a(
         "--decimals",
         type=int,
@@ -301,6 +316,9 @@ def _lb_credentials(args: argparse.Namespace) -> Credentials:
         raise UsageError("--lb-cert and --lb-key must be given together")
     if args.lb_cert is None and args.lb_secret_file is None:
         raise UsageError("give the load balancer's credentials: --lb-cert/--lb-key and/or --lb-secret-file")
+    user = args.remote_user or None
+    if user is not None and not HEADER_VALUE.fullmatch(user):
+        raise UsageError("--remote-user: must be visible ASCII and inner spaces (an HTTP field value)")
     try:
         if args.cacert is not None:
             load_cert_bundle(args.cacert, "--cacert")
@@ -314,7 +332,7 @@ def _lb_credentials(args: argparse.Namespace) -> Credentials:
             secret = parse_secrets(data, "--lb-secret-file", args.lb_secret_file)[0]
     except CredentialError as error:
         raise UsageError(str(error)) from None
-    credentials = Credentials(args.cacert, args.lb_cert, args.lb_key, secret)
+    credentials = Credentials(args.cacert, args.lb_cert, args.lb_key, secret, user)
     try:
         credentials.context(with_cert=True)
     except ssl.SSLError:
@@ -422,7 +440,8 @@ def wire_table(results: Sequence[WireResult]) -> str:
 
 
 def model_vs_wire_table(results: Sequence[WireResult]) -> str:
-    """The model for the same rate, interval and precision beside the wire (ratio: marginal per report octet)."""
+    """The model for the same rate and precision beside the wire, sampling at the interval between new report
+    values the wire saw (ratio: marginal per report octet)."""
     rows = []
     for r in results:
         m = r.model
@@ -431,9 +450,11 @@ def model_vs_wire_table(results: Sequence[WireResult]) -> str:
         rows.append(
             [
                 f"{r.rate:g}",
+                f"{m.interval:.3f}",
                 f"{_num(m.uncompressed)} | {_num(r.uncompressed)}",
                 f"{_num(m.marginal, 2)} | {_num(r.marginal, 2)}",
                 f"{m.marginal / m.uncompressed:.3f} | {r.marginal_ratio:.3f}",
+                f"{_num(m.values_per_s)} | {_num(r.values_per_s)}",
                 f"{_num(m.literals_per_s)} | {_num(r.literals_per_s)}",
                 f"{_num(m.eviction_cost, 2)} | {_num(r.eviction_cost, 2)}",
                 f"{_num(m.orca_evictions_per_s)} | {_num(r.orca_evictions_per_s)}",
@@ -442,9 +463,11 @@ def model_vs_wire_table(results: Sequence[WireResult]) -> str:
         )
     headings = (
         "qps",
+        "interval",
         "name+value",
         "marginal/resp",
         "marginal/octet",
+        "values/s",
         "literals/s",
         "evict_cost",
         "by_orca/s",
@@ -471,6 +494,21 @@ def totals_table(results: Sequence[WireResult]) -> str:
     return _table(headings, rows)
 
 
+def status_warning(result: WireResult) -> str | None:
+    """Why the with/without comparison of one rate does not compare like with like, if it does not."""
+
+    def shown(statuses: dict[int, int]) -> str:
+        return ", ".join(f"{status} x{count}" for status, count in statuses.items()) or "none"
+
+    if set(result.statuses) == set(result.statuses_without) and all(200 <= s < 300 for s in result.statuses):
+        return None
+    hint = " (does the server authenticate --remote-user from this front proxy?)" if 401 in result.statuses else ""
+    return (
+        f"rate {result.rate:g}: responses with the opt-in were {shown(result.statuses)}, without it "
+        f"{shown(result.statuses_without)}: the figures are those of these responses{hint}"
+    )
+
+
 def run_measure(args: argparse.Namespace) -> int:
     """``secure-orca hpack measure``."""
     config = measure_config_from(args)
@@ -481,6 +519,8 @@ def run_measure(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     finally:
         progress.finish()
+    for warning in filter(None, map(status_warning, results)):
+        print(f"hpack measure: warning: {warning}", file=sys.stderr)
     if args.json:
         json.dump({"results": [wire_dict(r) for r in results]}, sys.stdout, indent=1)
         print()
@@ -490,7 +530,10 @@ def run_measure(args: argparse.Namespace) -> int:
         f"{config.duration:g} s per rate, GET {config.target.path} (steady state, per connection):"
     )
     print(wire_table(results))
-    print(f"\nModel | wire (interval {config.interval:g} s, {config.decimals} decimals; per connection):")
+    print(
+        f"\nModel | wire ({config.decimals} decimals; per connection; the model samples every `interval` s: "
+        f"{config.interval:g} s or, if longer, the mean interval between new report values on the wire):"
+    )
     print(model_vs_wire_table(results))
     print("\nHeader bytes on the wire (HEADERS payloads, as h2load counts them; frames incl. 9-byte headers):")
     print(totals_table(results))

@@ -96,6 +96,7 @@ class CellResult:
     orca_bytes: float  # bytes of the report representation per response
     eviction_cost: float  # marginal - orca_bytes: other fields re-sent because the report evicted them
     literals_per_s: float  # report values sent as literals per second
+    values_per_s: float  # responses per second whose report differs from the one before (new values)
     evictions_per_s: float  # all evictions per second on the connection
     orca_evictions_per_s: float  # evictions caused by inserting a report
     bytes_per_s: float  # marginal * rate

@@ -327,6 +327,7 @@ class BlockCost:
     orca_bytes: int = 0  # wire bytes of the ORCA representations
     orca_fields: int = 0
     orca_literals: int = 0  # ORCA representations sent as literals
+    orca_values: int = 0  # blocks whose ORCA fields differ from the last block that had them (a new report)
     evictions: int = 0
     evictions_by_orca: int = 0  # evictions caused by inserting an ORCA entry
     replay_with: int = 0
@@ -353,6 +354,7 @@ class BlockCost:
             "orca_bytes": self.replay_orca_bytes / responses,
             "eviction_cost": self.eviction_cost / responses,
             "literals_per_s": self.orca_literals / seconds,
+            "values_per_s": self.orca_values / seconds,
             "evictions_per_s": self.evictions / seconds,
             "orca_evictions_per_s": self.evictions_by_orca / seconds,
             "bytes_per_s": self.marginal / seconds,
@@ -366,6 +368,7 @@ class Rates(TypedDict):
     orca_bytes: float
     eviction_cost: float
     literals_per_s: float
+    values_per_s: float
     evictions_per_s: float
     orca_evictions_per_s: float
     bytes_per_s: float
@@ -442,10 +445,14 @@ def attribute_connection(
     replay_walks = walks if exact else walk_blocks(with_blocks, settings_max)
     per_block = []
     stats: dict[str, Counter[str]] = {}
+    last_report: list[tuple[str, str]] = []
     for walk, replayed, with_block, without_block in zip(walks, replay_walks, with_blocks, without_blocks, strict=True):
         causes = {f.offset for f in walk.fields if f.name in orca_names}
         orca = [f for f in walk.fields if f.name in orca_names]
         by_orca = [e for e in walk.evictions() if e.cause in causes]
+        report = [(f.name, f.value) for f in orca]
+        new_value = bool(report) and report != last_report
+        last_report = report or last_report
         per_block.append(
             BlockCost(
                 blocks=1,
@@ -453,6 +460,7 @@ def attribute_connection(
                 orca_bytes=sum(f.wire_bytes for f in orca),
                 orca_fields=len(orca),
                 orca_literals=sum(f.literal for f in orca),
+                orca_values=int(new_value),
                 evictions=len(walk.evictions()),
                 evictions_by_orca=len(by_orca),
                 replay_with=len(with_block),

@@ -10,7 +10,8 @@ priority, plus CONTINUATION payloads) goes to :func:`secure_orca.hpackcost.walk.
 Two wire figures of the report's cost: ``marginal`` (the walker's attribution: the same header lists replayed
 with and without the report, eviction cost included) and ``ab_marginal`` (mean header block of opted-in
 responses minus that of the other connections: no replay at all). ``model`` holds
-:func:`secure_orca.hpackcost.model.simulate` for the same rate, interval and precision.
+:func:`secure_orca.hpackcost.model.simulate` for the same rate and precision, sampling at the interval between
+new report values the wire saw (:func:`model_interval`).
 
 A server that closes a connection gracefully (GOAWAY after --max-requests-per-connection) is followed to a
 new connection; refused streams are sent again there. Each connection is attributed on its own (its own
@@ -37,6 +38,7 @@ import h2.exceptions
 from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import ContinuationFrame, Frame, GoAwayFrame, HeadersFrame
 
+from secure_orca.authn.requestheader import USERNAME_HEADERS
 from secure_orca.errors import SecureOrcaError
 from secure_orca.hpackcost.model import WARMUP_CAP, CellResult, Scenario, simulate
 from secure_orca.hpackcost.walk import (
@@ -96,16 +98,23 @@ def parse_target(url: str, path: str) -> Target:
 
 @dataclass(frozen=True)
 class Credentials:
-    """The load balancer's credentials; the secret is never shown."""
+    """The load balancer's credentials; the secret is never shown. ``user`` is the user a front proxy names in
+    ``X-Remote-User`` on its certificate's connections: kube-apiserver answers a verified front proxy that
+    names no user with 401 (unless its client CA also trusts the certificate)."""
 
     cacert: Path | None = None
     cert: Path | None = None
     key: Path | None = None
     secret: str | None = field(default=None, repr=False)
+    user: str | None = None
 
     def opt_in(self) -> bytes:
         """The opt-in header value: ``TEXT`` or ``TEXT; secret=...``."""
         return header_value("TEXT", self.secret).encode()
+
+    def identity(self) -> list[tuple[bytes, bytes]]:
+        """The front proxy's identity header: only with a client certificate and a user."""
+        return [(USERNAME_HEADERS[0].lower().encode(), self.user.encode())] if self.cert and self.user else []
 
     def context(self, with_cert: bool) -> ssl.SSLContext:
         """A verifying client context offering only h2; the client certificate only when asked."""
@@ -202,7 +211,7 @@ class ConnectionRecord:
 
     opt_in: bool
     capture: HeaderCapture = field(default_factory=HeaderCapture)
-    statuses: Counter[int] = field(default_factory=Counter)
+    statuses: Counter[int] = field(default_factory=Counter)  # responses by :status
     reported: int = 0  # responses whose headers, as h2 decoded them, carried a report
     refused: int = 0  # streams reset by the server (sent again on the next connection)
 
@@ -235,7 +244,7 @@ class Worker:
         self.counters = counters
         self.records: list[ConnectionRecord] = []
         self.error: BaseException | None = None
-        self._context = credentials.context(with_cert=opt_in)
+        self._context = credentials.context(with_cert=True)  # both variants alike but for the opt-in
         extra = [(OPT_IN.encode(), credentials.opt_in())] if opt_in else []
         self._headers = [
             (b":method", b"GET"),
@@ -243,6 +252,7 @@ class Worker:
             (b":authority", target.authority.encode()),
             (b":path", target.path.encode()),
             (b"user-agent", USER_AGENT),
+            *credentials.identity(),
             *extra,
         ]
 
@@ -360,6 +370,8 @@ class WireResult:
     responses_without: int
     reported: int  # opted-in responses that carried a report
     refused: int
+    statuses: dict[int, int]  # opted-in responses by :status
+    statuses_without: dict[int, int]
     uncompressed: float  # name + value octets of the reports (mean)
     entry_size: float
     first_send: float | None  # wire bytes of the first report on a connection (mean)
@@ -367,6 +379,7 @@ class WireResult:
     orca_bytes: float
     eviction_cost: float
     literals_per_s: float  # per connection
+    values_per_s: float  # per connection: responses whose report differs from the one before
     evictions_per_s: float
     orca_evictions_per_s: float
     bytes_per_s: float  # per connection: marginal x achieved rate
@@ -458,6 +471,8 @@ def analyse(rate: float, with_opt_in: Sequence[Worker], without: Sequence[Worker
         responses_without=sum(len(r.capture.blocks) for w in without for r in w.records),
         reported=sum(r.reported for r in opted),
         refused=sum(r.refused for r in records),
+        statuses=dict(sorted(sum((r.statuses for r in opted), Counter()).items())),
+        statuses_without=dict(sorted(sum((r.statuses for w in without for r in w.records), Counter()).items())),
         uncompressed=uncompressed,
         entry_size=uncompressed + 32 if fields else 0.0,
         first_send=_mean(first) if first else None,
@@ -511,6 +526,14 @@ def check_reachable(config: MeasureConfig) -> None:
         raise WireError(NO_REPORT)
 
 
+def model_interval(interval: float, values_per_s: float) -> float:
+    """The sampling interval the model column runs at: the server's ``interval``, or the longer mean interval
+    between new report values that the wire saw. A busy server samples late and a quiet one repeats a value;
+    either way fewer new values reach the connection, and the model is held to the encoding, not to the
+    sampler's timing."""
+    return max(interval, 1 / values_per_s) if values_per_s > 0 else interval
+
+
 def run_phase(config: MeasureConfig, rate: float, progress: Progress | None = None) -> WireResult:
     """Both variants at ``rate`` per connection, concurrently; then attribute and model."""
     count = expected_requests(rate, config.duration)
@@ -544,7 +567,7 @@ def run_phase(config: MeasureConfig, rate: float, progress: Progress | None = No
         raise WireError(NO_REPORT)
     scenario = Scenario(
         rate=rate,
-        interval=config.interval,
+        interval=model_interval(config.interval, result.values_per_s),
         decimals=config.decimals,
         duration=max(config.duration, MODEL_DURATION),
         server_rps=rate * len(workers),
