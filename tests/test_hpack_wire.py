@@ -8,8 +8,9 @@ Tolerances (stated here and in docs/hpack.md):
   so raw bytes are compared per octet of the field). The model samples every 100 ms, or at the longer
   interval between new report values that the wire saw: how many new values a connection meets is the
   sampler's timing, which a test must not assert on;
-- h2load's "headers" total and ours for the same run shape agree within 1% without the opt-in and within 5%
-  with it (the number of new report literals, ~90 bytes each, depends on timing; observed -3% to +0.3%).
+- h2load's "headers" total and ours for the same run shape agree within 1% without the opt-in and within 3%
+  with it, against a server that samples every 60 s (with 100 ms sampling the number of new report literals,
+  ~90 bytes each, depends on timing: -3% to +5.3% was observed).
 """
 
 from __future__ import annotations
@@ -223,23 +224,27 @@ def h2load_header_bytes(url: str, requests: int, clients: int, rps: int, headers
 
 
 @pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load (Debian nghttp2-client) not installed")
-def test_h2load_agrees(secured_replica, dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_h2load_agrees(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
     """Same shape for both tools: 2 connections, 100 requests each at 50/s, GET /version, the shared secret
     (h2load presents no client certificate). Like with like: h2load counts each HEADERS frame's length less
     padding and priority, without the 9-byte frame header and without CONTINUATION; ours is ``header_bytes``
-    (the same count, from our own frame split)."""
+    (the same count, from our own frame split).
+
+    The three runs follow each other, so the server samples every 60 s: a report value is then sent once per
+    connection and indexed after, whatever the machine's load. With 100 ms sampling the number of new values
+    (about 90 bytes each) differed between runs by the sampler's timing: +5.3% was seen beside an evaluation.
+    A sample that lands inside one run adds one literal per connection, under 2% of the block bytes."""
     requests, clients, rps = 200, 2, 50
+    argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--endpoint-load-metrics-interval", "60s"])
     secret = Path(dev_pki.secret).read_text().strip()
-    url = secured_replica.url + "/version"
-    theirs_with = h2load_header_bytes(url, requests, clients, rps, [f"{OPT_IN}: TEXT; secret={secret}"])
-    theirs_without = h2load_header_bytes(url, requests, clients, rps, [])
-    argv = [*lb_args(dev_pki, cert=False, secret=True), "--rate", str(rps), "--connections", str(clients)]
-    (r,) = run_json(capsys, secured_replica.url, *argv, "--duration", str(requests / clients / rps))
+    with launch.replicas([argv]) as (replica,):
+        url = replica.url + "/version"
+        theirs_with = h2load_header_bytes(url, requests, clients, rps, [f"{OPT_IN}: TEXT; secret={secret}"])
+        theirs_without = h2load_header_bytes(url, requests, clients, rps, [])
+        shape = ["--rate", str(rps), "--connections", str(clients), "--duration", str(requests / clients / rps)]
+        (r,) = run_json(capsys, replica.url, *lb_args(dev_pki, cert=False, secret=True), *shape)
     assert r["responses"] == r["responses_without"] == requests
     assert r["header_bytes_without"] == pytest.approx(theirs_without, rel=0.01)
-    # The report's values move with the server's own CPU load, which differs between the two runs (on a busy
-    # machine more samples change, so more literals): 5% held on a quiet machine, 12176 vs 11563 (+5.3%) was
-    # seen with an evaluation running beside the suite.
-    assert r["header_bytes"] == pytest.approx(theirs_with, rel=0.08)
+    assert r["header_bytes"] == pytest.approx(theirs_with, rel=0.03)
     theirs_marginal = (theirs_with - theirs_without) / requests
-    assert r["ab_marginal"] == pytest.approx(theirs_marginal, rel=0.25)
+    assert r["ab_marginal"] == pytest.approx(theirs_marginal, rel=0.25)  # ours is steady state: no first send
