@@ -44,8 +44,17 @@ def test_without_the_load_reader_the_front_proxy_leads() -> None:
 
 def test_a_measurable_cost_is_said_and_ranks_lower() -> None:
     lines = derive([H1, FP, replace(LR, cost=1.2), replace(SS, grants="load only")])
-    assert any("2b. load reader: costs x1.2" in line for line in lines)
+    (line,) = [line for line in lines if line.startswith("2b. load reader:")]  # one sentence per option
+    assert line.endswith("It costs x1.2 per request against the feature off (noise bound x1.02).")
     assert "with 3. shared secret as the default" not in lines[-1]  # the secret still ranks below a costly cert
+
+
+def test_one_sentence_per_option_and_the_bypass_exposure_is_named() -> None:
+    lines = derive([replace(H1, through_lb_verdict="no-leak"), FP, LR, SS])
+    assert [line.split(":")[0] for line in lines[:-1]] == ["1. header only", "2. front-proxy", "2b. load reader",
+                                                           "3. shared secret"]  # fmt: skip
+    assert lines[0].endswith("leaked nothing: the exposure is exactly the clients that bypass it.")
+    assert "exactly the clients" not in derive(MATRIX)[0]  # unknown through the load balancer: not claimed
 
 
 def test_an_inconclusive_probe_is_never_recommended() -> None:

@@ -460,15 +460,8 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def recommend(results: dict[str, Any]) -> list[str]:
     """A recommendation that follows from the measured figures (each sentence cites them)."""
     opts = results["options"]
-    header_only, fp, secret = opts["header-only"], opts["front-proxy"], opts["shared-secret"]
+    fp, secret = opts["front-proxy"], opts["shared-secret"]
     out = []
-    if header_only["bypass"]["verdict"] == "leak":
-        out.append(
-            f"Option 1 is not safe wherever a client can reach a replica without the load balancer: the probe "
-            f"read load reports through {header_only['bypass']['leaks']} of {header_only['bypass']['vectors']} "
-            f"bypass vectors. Through the load balancer it was {header_only['through_lb']['verdict']}, so the "
-            f"exposure is exactly the set of clients that can bypass it."
-        )
     safe = [o for o in ("front-proxy", "shared-secret") if opts[o]["bypass"]["verdict"] == "no-leak"]
     counted = results.get("instructions", {})
     if safe:
@@ -533,6 +526,7 @@ def figures(results: dict[str, Any]) -> list[Figures]:
                 lb_certificate=option in ("front-proxy", "load-reader", "front-proxy,shared-secret"),
                 cost=measured["request_ratio"]["median"] if measured else None,
                 cost_bound=round(1 + 2 * measured["spread"], 4) if measured else 1.0,
+                through_lb_verdict=cell["through_lb"]["verdict"],
             )
         )
     return out

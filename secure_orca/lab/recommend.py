@@ -25,6 +25,7 @@ class Figures:
     lb_certificate: bool  # the LB must present a client certificate upstream
     cost: float | None  # per-request cost ratio against the feature off (instructions where counted)
     cost_bound: float  # a ratio at or below this is within the measurement's noise (the A/A spread)
+    through_lb_verdict: str = "unknown"  # the probe's verdict for a client of the load balancer
 
 
 def _rank(f: Figures) -> tuple[int, int, int]:
@@ -35,34 +36,40 @@ def _rank(f: Figures) -> tuple[int, int, int]:
 
 
 def derive(matrix: Sequence[Figures]) -> list[str]:
-    """Sentences, each citing the figures it rests on."""
+    """Sentences, each citing the figures it rests on: one per option, then the recommendation."""
     out: list[str] = []
     unsafe = [f for f in matrix if f.bypass_leaks > 0]
     safe = [f for f in matrix if f.bypass_leaks == 0 and f.bypass_verdict == "no-leak"]
     unclear = [f for f in matrix if f not in unsafe and f not in safe]
     for f in unsafe:
-        out.append(
+        text = (
             f"{f.title}: not safe where a client can reach a replica without the load balancer; the probe read "
             f"load reports through {f.bypass_leaks} of {f.bypass_vectors} bypass vectors."
         )
+        if f.through_lb_verdict == "no-leak":
+            text += " Through the load balancer it leaked nothing: the exposure is exactly the clients that bypass it."
+        out.append(text)
     for f in unclear:
         out.append(f"{f.title}: no verdict ({f.bypass_verdict}); it cannot be recommended from this run.")
     for f in safe:
         if f.grants == "any identity":
-            out.append(
+            text = (
                 f"{f.title}: no leak to the bypass client, but the load balancer's credential also made the replica "
                 "believe any user and group it named (system:masters included, measured): it fits a load "
                 "balancer that must authenticate certificate users anyway, and over-grants one that only reads load."
             )
         elif f.grants == "load only" and f.lb_secret:
-            out.append(
+            text = (
                 f"{f.title}: no leak to the bypass client and no identity granted, but the secret travels in every "
                 "request, lives in load balancer configuration, and grants load to anyone who learns it."
             )
         elif f.grants == "load only":
-            out.append(f"{f.title}: no leak to the bypass client, and the credential grants load reports only.")
+            text = f"{f.title}: no leak to the bypass client, and the credential grants load reports only."
+        else:
+            text = f"{f.title}: no leak to the bypass client; what else its credential grants: {f.grants}."
         if f.cost is not None and f.cost > f.cost_bound:
-            out.append(f"{f.title}: costs x{f.cost} per request against the feature off (noise bound x{f.cost_bound}).")
+            text += f" It costs x{f.cost} per request against the feature off (noise bound x{f.cost_bound})."
+        out.append(text)
     if not safe:
         out.append("Recommendation for the KEP: none of the measured options held against the bypass client.")
         return out
