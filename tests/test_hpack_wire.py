@@ -20,12 +20,14 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from secure_orca import pki
 from secure_orca.cli import main
-from secure_orca.hpackcost.wire import HeaderCapture, WireError, model_interval, parse_target
+from secure_orca.cli.hpack import status_warning
+from secure_orca.hpackcost.wire import Credentials, HeaderCapture, WireError, model_interval, parse_target
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN as OPT_IN
 from secure_orca.orca.report import DEFAULT_DECIMALS
@@ -76,6 +78,33 @@ def test_capture_refuses_stray_continuation() -> None:
 def test_bad_targets(url: str, path: str) -> None:
     with pytest.raises(WireError):
         parse_target(url, path)
+
+
+def test_the_user_is_named_only_by_a_front_proxy_that_has_one() -> None:
+    cert = Path("lb.crt")
+    assert Credentials(cert=cert, key=cert, user="lb").identity() == [(b"x-remote-user", b"lb")]
+    assert Credentials(cert=cert, key=cert).identity() == []  # --remote-user ''
+    assert Credentials(secret="s", user="lb").identity() == []  # no certificate: not a front proxy
+
+
+@pytest.mark.parametrize(
+    ("statuses", "without", "warning"),
+    [
+        ({200: 5}, {200: 4}, None),  # the same statuses, all 2xx: like with like
+        ({200: 5}, {200: 3, 201: 2}, "were 200 x5, without it 200 x3, 201 x2: the figures"),
+        ({200: 5}, {200: 5, 404: 1}, "with the opt-in were 200 x5, without it 200 x5, 404 x1: the figures"),
+        ({404: 5}, {404: 5}, "were 404 x5, without it 404 x5: the figures are those of these responses"),
+        ({401: 5}, {}, "were 401 x5, without it none: the figures are those of these responses (does the server"),
+    ],
+)
+def test_unlike_responses_are_named(statuses: dict[int, int], without: dict[int, int], warning: str | None) -> None:
+    result = SimpleNamespace(rate=5.0, statuses=statuses, statuses_without=without)
+    text = status_warning(result)  # type: ignore[arg-type]
+    if warning is None:
+        assert text is None
+    else:
+        assert text is not None and text.startswith("rate 5: responses with the opt-in ") and warning in text
+    assert text is None or ("--remote-user" in text) == (401 in statuses)
 
 
 def test_model_samples_no_faster_than_the_server_or_the_wire() -> None:

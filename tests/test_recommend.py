@@ -57,6 +57,11 @@ def test_one_sentence_per_option_and_the_bypass_exposure_is_named() -> None:
     assert "exactly the clients" not in derive(MATRIX)[0]  # unknown through the load balancer: not claimed
 
 
+def test_a_safe_option_whose_grants_were_not_read_says_so() -> None:
+    lines = derive([H1, replace(LR, grants="unknown")])
+    assert lines[1] == "2b. load reader: no leak to the bypass client; what else its credential grants: unknown."
+
+
 def test_an_inconclusive_probe_is_never_recommended() -> None:
     lines = derive([replace(LR, bypass_verdict="inconclusive"), SS])
     assert lines[0].startswith("2b. load reader: no verdict (inconclusive)")
