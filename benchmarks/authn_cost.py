@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from secure_orca.credentials import loader
 from secure_orca.server import demo
 from secure_orca.server.assembly import build_app
 from secure_orca.server.authentication import AuthenticationMiddleware
@@ -31,7 +32,7 @@ def cases(bench: BenchPKI) -> dict[str, tuple[Identity, list[tuple[bytes, bytes]
 async def measure(bench: BenchPKI, rounds: int, count: int) -> tuple[dict[str, Spread], dict[str, int]]:
     """Added time per request for each case, and how often each certificate check ran (once per chain)."""
     config = build_config(parse_serve_flags(bench.serve_argv(enabled=True)))
-    app, _ = build_app(config, Sampler(0.1))
+    app, _ = build_app(config, Sampler(0.1), loader.load(config.files)[0])
     layer = app.app
     assert isinstance(layer, AuthenticationMiddleware)
     scopes: dict[str, Any] = {}

@@ -12,11 +12,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from secure_orca.credentials import loader
 from secure_orca.orca import report
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import REPORT as REPORT_HEADER
 from secure_orca.server import demo
-from secure_orca.server.assembly import build_app
+from secure_orca.server.assembly import build_app, verifications
 from secure_orca.server.config import ServeConfig, build_config
 from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 from secure_orca.server.sampler import Sampler
@@ -120,7 +121,7 @@ def counting_encoders() -> Iterator[dict[str, int]]:
 def build_middleware(bench: BenchPKI, sampler: Sampler, enabled: bool) -> tuple[App, ServeConfig]:
     """The middleware exactly as ``serve`` builds it around the demo backend (no sockets)."""
     config = build_config(parse_serve_flags(bench.serve_argv(enabled=enabled)))
-    app, _proxy = build_app(config, sampler)
+    app, _proxy = build_app(config, sampler, loader.load(config.files)[0])
     return app, config
 
 
@@ -153,7 +154,7 @@ async def _per_request_ns(app: App, scope: Scope, count: int, seconds: float) ->
 async def _measure(bench: BenchPKI, rounds: int, count: int, seconds: float) -> dict[str, Any]:
     sampler = Sampler(0.1)
     sampler.tick()  # one published report, as after start(); no loop timer runs here: no tick can hide a call
-    on, config = build_middleware(bench, sampler, True)
+    on, _config = build_middleware(bench, sampler, True)
     off, _ = build_middleware(bench, sampler, False)
     baseline = PassThrough(demo.app)
     chosen = paths(bench)
@@ -162,7 +163,7 @@ async def _measure(bench: BenchPKI, rounds: int, count: int, seconds: float) -> 
         got = await _attached(on if p.enabled else off, scopes[p.key])
         if got != p.attached:
             raise BenchError(f"middleware path {p.key}: report attached={got}, expected {p.attached}")
-    encodes_before, verifications_before = sampler.encodes, config.verifier.verifications if config.verifier else 0
+    encodes_before, verifications_before = sampler.encodes, verifications(on)
     per_round: list[dict[str, float]] = []
     requests = 0
     with counting_encoders() as encoder_calls:
@@ -184,7 +185,7 @@ async def _measure(bench: BenchPKI, rounds: int, count: int, seconds: float) -> 
         "requests": requests,
         "sampler_encodes_during_requests": sampler.encodes - encodes_before,
         "encoder_calls_during_requests": dict(encoder_calls),
-        "front_proxy_verifications": (config.verifier.verifications if config.verifier else 0) - verifications_before,
+        "front_proxy_verifications": verifications(on) - verifications_before,
     }
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from secure_orca import pki
-from secure_orca.authz.trust import check_key_pair, load_cert_bundle, load_secrets
+from secure_orca.credentials import flags
+from secure_orca.credentials.loader import read_ca_bundle, read_key_pair, read_secrets
 from secure_orca.errors import CredentialError, FlagError
 from secure_orca.server.flags import parse_duration, parse_feature_gates, parse_list, parse_proxy
 
@@ -58,7 +59,7 @@ def write(path: Path, data: bytes, mode: int = 0o600) -> Path:
 
 def test_secret_file_rules(tmp_path: Path) -> None:
     good = write(tmp_path / "s", b"# rotated 2026-12\nfirst-secret-0123456789\n\nsecond-secret-0123456789\n")
-    assert load_secrets(good, "--f") == ["first-secret-0123456789", "second-secret-0123456789"]
+    assert read_secrets(good, "--f") == ("first-secret-0123456789", "second-secret-0123456789")
     cases = {
         "holds no secret": write(tmp_path / "empty", b"\n# nothing\n"),
         "world-readable": write(tmp_path / "open", b"first-secret-0123456789\n", 0o644),
@@ -70,19 +71,23 @@ def test_secret_file_rules(tmp_path: Path) -> None:
     }
     for rule, path in cases.items():
         with pytest.raises(CredentialError, match=rule) as refused:
-            load_secrets(path, "--endpoint-load-metrics-secret-file")
+            read_secrets(path, "--endpoint-load-metrics-secret-file")
         assert str(refused.value).startswith("--endpoint-load-metrics-secret-file: ")
         assert "0123456789" not in str(refused.value) and "sécret" not in str(refused.value)
 
 
 def test_cert_bundle_rules(tmp_path: Path, issued: pki.DevPKI) -> None:
-    assert len(load_cert_bundle(issued.cert("front_proxy_ca"), "--x")) == 1
+    assert len(read_ca_bundle(issued.cert("front_proxy_ca"), "--x")) == 1
     for rule, data in [
         ("no PEM certificate", b"hello"),
         ("malformed", b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
     ]:
         with pytest.raises(CredentialError, match=rule):
-            load_cert_bundle(write(tmp_path / "b.crt", data), "--requestheader-client-ca-file")
+            read_ca_bundle(write(tmp_path / "b.crt", data), "--requestheader-client-ca-file")
+
+
+def check_key_pair(cert: Path, key: Path) -> None:
+    read_key_pair(cert, key, flags.TLS_CERT, flags.TLS_KEY)
 
 
 def test_key_pair_rules(tmp_path: Path, issued: pki.DevPKI) -> None:

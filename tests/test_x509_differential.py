@@ -24,9 +24,13 @@ from pathlib import Path
 import httpx
 import pytest
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from secure_orca.authz.frontproxy import FrontProxyVerifier
-from secure_orca.authz.trust import parse_ca_bundle
+from secure_orca.credentials import kinds
+from secure_orca.credentials.files import FileContent
+from secure_orca.credentials.loader import read_key_pair
 from secure_orca.errors import CredentialError
 from secure_orca.lab import replicas as launch
 from secure_orca.server.adapter import make_server_context, tls_extension
@@ -137,10 +141,15 @@ def go_verdicts(oracle: Path, corpus: list[Case]) -> dict[str, Verdict]:
     return {a["name"]: Verdict(a["verdict"], a["detail"]) for a in answers}
 
 
+def bundle_of(case: Case) -> tuple[x509.Certificate, ...]:
+    """The case's CA bundle read by the server's one CA reader, as from a file."""
+    return kinds.ca_bundle(FileContent(Path("requestheader-ca.crt"), case.bundle, 0, 0, 0o644, 0), FLAG)
+
+
 def ours(case: Case) -> Verdict:
     """The server's decision: the bundle read at start-up, then the chain through the per-connection cache."""
     try:
-        roots = parse_ca_bundle(case.bundle, FLAG, Path("requestheader-ca.crt"))
+        roots = bundle_of(case)
         verifier = FrontProxyVerifier(roots, case.names)
     except (CredentialError, ValueError) as error:
         return Verdict("bundle", str(error))
@@ -220,7 +229,7 @@ def _pump(
 def served(case: Case, server: ssl.SSLObject) -> Verdict:
     """After an accepted handshake, the decision along the server's own path: the ASGI TLS extension from the
     connection (adapter.tls_extension), then the per-connection chain cache."""
-    roots = parse_ca_bundle(case.bundle, FLAG, Path("requestheader-ca.crt"))
+    roots = bundle_of(case)
     tls = tls_extension(server)
     assert tls is not None
     result = ChainCache(FrontProxyVerifier(roots, case.names)).lookup(tuple(tls["client_cert_chain"]), case.at)
@@ -240,7 +249,9 @@ def handshake(case: Case, serving: tuple[Path, Path], workdir: Path) -> tuple[st
     chain.write_bytes(b"".join(ssl.DER_cert_to_PEM_cert(der).encode() for der in case.chain))
     key.write_bytes(case.key)
     try:
-        server_context = make_server_context(serving[0], serving[1], [bundle])
+        anchors = b"".join(ca.public_bytes(serialization.Encoding.DER) for ca in bundle_of(case))
+        pair = read_key_pair(*serving, "--tls-cert-file", "--tls-private-key-file")
+        server_context = make_server_context(pair, anchors)
     except ssl.SSLError as error:
         return f"server-cannot-load-bundle: {getattr(error, 'reason', None)}", None
     client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from enum import StrEnum
 
 from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult
 from secure_orca.authz.reasons import Reason
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.orca import optin
 
-MODES = ("front-proxy", "shared-secret", "header-only", "load-reader")
-DEFAULT_MODES = ("front-proxy", "shared-secret")
+
+class Mode(StrEnum):
+    """The KEP's options as ``--endpoint-load-metrics-auth`` names them (2b: the load-reader credential)."""
+
+    FRONT_PROXY = "front-proxy"  # option 2
+    SHARED_SECRET = "shared-secret"  # option 3
+    HEADER_ONLY = "header-only"  # option 1
+    LOAD_READER = "load-reader"  # option 2b
+
+
+MODES = tuple(Mode)
+DEFAULT_MODES = (Mode.FRONT_PROXY, Mode.SHARED_SECRET)
 
 
 @dataclass(frozen=True)
@@ -36,7 +47,7 @@ def decision(reason: Reason | str) -> Decision:
 class Policy:
     """The configured modes and their material; ``decide`` is called once per request that opts in."""
 
-    modes: frozenset[str]
+    modes: frozenset[Mode]
     secrets: SecretSet | None = None
 
     def decide(
@@ -51,19 +62,19 @@ class Policy:
             request = optin.parse(optin_values)
         except optin.OptInError as refused:
             return decision(refused.reason)
-        if "header-only" in self.modes:
+        if Mode.HEADER_ONLY in self.modes:
             return DECISIONS[Reason.HEADER_ONLY]
-        if "front-proxy" in self.modes and front_proxy.holds_at(now):
+        if Mode.FRONT_PROXY in self.modes and front_proxy.holds_at(now):
             return DECISIONS[Reason.FRONT_PROXY]
-        if "load-reader" in self.modes and load_reader.holds_at(now):
+        if Mode.LOAD_READER in self.modes and load_reader.holds_at(now):
             return DECISIONS[Reason.LOAD_READER]
         if request.secret is not None:
-            if self.secrets is None or "shared-secret" not in self.modes:
+            if self.secrets is None or Mode.SHARED_SECRET not in self.modes:
                 return DECISIONS[Reason.SECRET_NOT_ACCEPTED]
             if self.secrets.matches(request.secret):
                 return DECISIONS[Reason.SHARED_SECRET]
             return DECISIONS[Reason.WRONG_SECRET]
-        for mode, checked in (("front-proxy", front_proxy), ("load-reader", load_reader)):
+        for mode, checked in ((Mode.FRONT_PROXY, front_proxy), (Mode.LOAD_READER, load_reader)):
             if mode in self.modes:
                 if checked.ok:  # verified earlier, since expired
                     return DECISIONS[Reason.EXPIRED]

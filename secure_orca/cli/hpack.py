@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
-from secure_orca.authz.trust import load_cert_bundle, parse_secrets, read_file
+from secure_orca.credentials import loader
 from secure_orca.errors import CredentialError, FlagError, UsageError
 from secure_orca.hpackcost.model import KEP_EXAMPLE, MITIGATIONS, CellResult, Scenario, as_dict, grid, simulate
 from secure_orca.hpackcost.wire import (
@@ -321,15 +321,12 @@ def _lb_credentials(args: argparse.Namespace) -> Credentials:
         raise UsageError("--remote-user: must be visible ASCII and inner spaces (an HTTP field value)")
     try:
         if args.cacert is not None:
-            load_cert_bundle(args.cacert, "--cacert")
+            loader.read_ca_bundle(args.cacert, "--cacert")
         if args.lb_cert is not None:
-            load_cert_bundle(args.lb_cert, "--lb-cert")
-            if b"PRIVATE KEY-----" not in read_file(args.lb_key, "--lb-key"):
-                raise UsageError(f"--lb-key: {args.lb_key}: holds no PEM private key")
+            loader.read_key_pair(args.lb_cert, args.lb_key, "--lb-cert", "--lb-key")
         secret = None
         if args.lb_secret_file is not None:
-            data = read_file(args.lb_secret_file, "--lb-secret-file")
-            secret = parse_secrets(data, "--lb-secret-file", args.lb_secret_file)[0]
+            secret = loader.read_secrets(args.lb_secret_file, "--lb-secret-file", private=False)[0]
     except CredentialError as error:
         raise UsageError(str(error)) from None
     credentials = Credentials(args.cacert, args.lb_cert, args.lb_key, secret, user)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from secure_orca.authz.trust import load_cert_bundle, parse_secrets, read_file
+from secure_orca.credentials import loader
 from secure_orca.errors import CredentialError, UsageError
 from secure_orca.probe.audit import TIMING_ALPHA, ProbeConfig, ProbeError, ProbeResult, VectorResult, probe
 from secure_orca.probe.vectors import DEFAULT_PATH
@@ -67,14 +67,11 @@ def _pair(cert: Path | None, key: Path | None, flag: str) -> None:
     if (cert is None) != (key is None):
         raise UsageError(f"--{flag}-cert and --{flag}-key must be given together")
     if cert is not None and key is not None:
-        load_cert_bundle(cert, f"--{flag}-cert")
-        if b"PRIVATE KEY-----" not in read_file(key, f"--{flag}-key"):
-            raise UsageError(f"--{flag}-key: {key}: holds no PEM private key")
+        loader.read_key_pair(cert, key, f"--{flag}-cert", f"--{flag}-key")
 
 
 def _guess(path: Path) -> str:
-    lines = read_file(path, "--secret-guess-file").decode("ascii", "replace").splitlines()
-    guess = next((line.strip() for line in lines if line.strip()), None)
+    guess = loader.read_first_line(path, "--secret-guess-file")
     if guess is None:
         raise UsageError(f"--secret-guess-file: {path}: holds no secret")
     return guess
@@ -91,13 +88,12 @@ def build_config(args: argparse.Namespace) -> ProbeConfig:
             raise UsageError(f"--path: {path!r} must start with /")
     try:
         if args.cacert is not None:
-            load_cert_bundle(args.cacert, "--cacert")
+            loader.read_ca_bundle(args.cacert, "--cacert")
         _pair(args.lb_cert, args.lb_key, "lb")
         _pair(args.client_cert, args.client_key, "client")
         secret = None
         if args.lb_secret_file is not None:
-            data = read_file(args.lb_secret_file, "--lb-secret-file")
-            secret = parse_secrets(data, "--lb-secret-file", args.lb_secret_file)[0]
+            secret = loader.read_secrets(args.lb_secret_file, "--lb-secret-file", private=False)[0]
         guess = _guess(args.secret_guess_file) if args.secret_guess_file is not None else None
     except CredentialError as error:
         raise UsageError(str(error)) from None

@@ -17,6 +17,7 @@ import signal
 from pathlib import Path
 
 from secure_orca.authz.policy import DEFAULT_MODES, MODES
+from secure_orca.credentials import flags
 from secure_orca.errors import UsageError
 from secure_orca.orca.report import DEFAULT_DECIMALS
 from secure_orca.server.adapter import bind_address
@@ -34,21 +35,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--bind-address", default="127.0.0.1", help="IP address to listen on (default 127.0.0.1)")
     a("--secure-port", type=int, default=6443, help="HTTPS port; 0 picks a free one (default 6443)")
-    a("--tls-cert-file", type=Path, help="serving certificate (PEM, may include intermediates)")
-    a("--tls-private-key-file", type=Path, help="private key of the serving certificate (PEM)")
-    a("--client-ca-file", type=Path, help="CA bundle for ordinary client certificates (never grants reports)")
+    a(flags.TLS_CERT, type=Path, help="serving certificate (PEM, may include intermediates)")
+    a(flags.TLS_KEY, type=Path, help="private key of the serving certificate (PEM)")
+    a(flags.CLIENT_CA, type=Path, help="CA bundle for ordinary client certificates (never grants reports)")
     a(
-        "--requestheader-client-ca-file",
+        flags.REQUESTHEADER_CA,
         type=Path,
         help="CA bundle that signs front-proxy client certificates",
     )
     a(
-        "--requestheader-allowed-names",
+        flags.ALLOWED_NAMES,
         default="",
         help="comma list of Common Names allowed as front proxy; empty: any certificate from that CA",
     )
     a(
-        "--requestheader-allowed-names-file",
+        flags.ALLOWED_NAMES_FILE,
         type=Path,
         help="allowed Common Names, one per line, reloaded live (instead of --requestheader-allowed-names)",
     )
@@ -79,14 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a verified front proxy that names no user: unauthorized (401, as kube-apiserver; default) or "
         "anonymous (not kube: for load balancers that do not authenticate users yet)",
     )
-    a("--token-auth-file", type=Path, help="static bearer tokens, CSV: token,user,uid,\"group1,group2\" (mode 0600)")
+    a(flags.TOKENS, type=Path, help="static bearer tokens, CSV: token,user,uid,\"group1,group2\" (mode 0600)")
     a(
         "--anonymous-auth",
         default="true",
         help="requests no authenticator rejected are system:anonymous (default true; --anonymous-auth=false: 401)",
     )
-    a("--proxy-client-cert-file", type=Path, help="client certificate presented to --proxy upstreams")
-    a("--proxy-client-key-file", type=Path, help="private key of --proxy-client-cert-file")
+    a(flags.PROXY_CERT, type=Path, help="client certificate presented to --proxy upstreams")
+    a(flags.PROXY_KEY, type=Path, help="private key of --proxy-client-cert-file")
     a("--feature-gates", default="", help=f"e.g. {GATE}=true (default false)")
     a(
         "--enable-endpoint-load-metrics",
@@ -99,15 +100,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(DEFAULT_MODES),
         help=f"comma list of modes, any one granting: {', '.join(MODES)} (default {','.join(DEFAULT_MODES)})",
     )
-    a("--endpoint-load-metrics-secret-file", type=Path, help="shared secrets, one per line (mode 0600)")
+    a(flags.SECRET, type=Path, help="shared secrets, one per line (mode 0600)")
     a(
-        "--endpoint-load-metrics-client-ca-file",
+        flags.LOAD_READER_CA,
         type=Path,
         help="mode load-reader (option 2b): CA of load-reader client certificates; they may read load reports "
         "and nothing else (their identity headers are never believed); reloaded live",
     )
     a(
-        "--endpoint-load-metrics-allowed-names",
+        flags.LOAD_READER_NAMES,
         default="",
         help="comma list of load-reader Common Names (empty: any certificate from that CA)",
     )
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     log.info(
         "load metrics %s; modes: %s",
         "on" if config.enabled else "off",
-        ",".join(sorted(config.policy.modes)) or "none",
+        ",".join(sorted(config.modes)) or "none",
     )
     if server.metrics is not None:
         try:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from secure_orca.authz.trust import load_secrets
+from secure_orca.credentials import loader
 from secure_orca.envoy.bootstrap import (
     ConfigError,
     Credentials,
@@ -31,7 +31,7 @@ def lb_secret(path: Path) -> str:
     """The one secret the LB sends. Servers may list several (old and new, while rotating); the LB's file holds
     exactly one, since the SDS delivery injects the whole file (trailing newline trimmed)."""
     try:
-        secrets = load_secrets(path, "secret file")
+        secrets = loader.read_secrets(path, "secret file")
     except CredentialError as error:
         raise ConfigError(str(error)) from None
     if len(secrets) != 1:

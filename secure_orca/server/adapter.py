@@ -43,7 +43,6 @@ import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Any, cast
 
 import h2.connection
@@ -65,7 +64,7 @@ from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from hyperframe.frame import GoAwayFrame
 
-from secure_orca.authz.kubex509 import ca_bundle
+from secure_orca.credentials.kinds import KeyPair
 from secure_orca.errors import SecureOrcaError
 from secure_orca.server.h2_headers import REPORT_FIELD_NAME, IndexedEncoder, passes_unchanged, remember
 from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
@@ -454,24 +453,19 @@ class TLSAwareTCPServer(TCPServer):
             await super()._close()
 
 
-def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SSLContext:
+def make_server_context(serving: KeyPair, anchors: bytes) -> ssl.SSLContext:
     """TLS 1.2+ server context with ALPN h2 and http/1.1, requesting (not requiring) a client certificate.
 
-    The handshake trusts exactly the certificates kube-apiserver reads from the CA files (client-go's reading:
-    other PEM blocks and blocks with headers are skipped, which OpenSSL's own file loader refuses), and, as Go,
-    accepts any of them as a trust anchor, self-signed or not (partial chains)."""
+    ``serving`` and ``anchors`` (DER, concatenated) come from the credential loader: the handshake trusts exactly
+    the certificates kube-apiserver reads from the CA files, from the same parse the authenticators use, and,
+    as Go, accepts any of them as a trust anchor, self-signed or not (partial chains)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION
     context.set_alpn_protocols(["h2", "http/1.1"])
-    context.load_cert_chain(cert, key)
-    if client_cas:
-        for ca in client_cas:
-            try:
-                anchors = ca_bundle(ca.read_bytes())
-            except ValueError:
-                raise ValueError(f"{ca}: holds no CA certificate kube-apiserver would read") from None
-            context.load_verify_locations(cadata=b"".join(anchors))
+    serving.load_into(context)
+    if anchors:
+        context.load_verify_locations(cadata=anchors)
         context.verify_mode = ssl.CERT_OPTIONAL
         context.verify_flags |= _NO_CHECK_TIME | ssl.VERIFY_X509_PARTIAL_CHAIN
         # No resumption where client certificates count: a resumed session gives back the leaf without the

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from secure_orca.authn.tokenfile import TokenFile
+from secure_orca.authz.frontproxy import FrontProxyVerifier
+from secure_orca.credentials import loader
+from secure_orca.credentials.loader import Material
 from secure_orca.server import demo
 from secure_orca.server.adapter import ServerOptions, make_server_context, serve
 from secure_orca.server.asgi import ASGIApp
@@ -33,21 +37,22 @@ class Server:
 
     @classmethod
     def assemble(cls, config: ServeConfig, verbose: bool = False) -> Server:
+        """Read every credential file once (CredentialError names the flag at fault) and build from it."""
+        material, seen = loader.load(config.files)
         sampler = Sampler(config.interval, decimals=config.decimals)
-        app, proxy = build_app(config, sampler)
+        app, proxy = build_app(config, sampler, material)
         metrics = None
         if config.metrics_address:
             metrics = Metrics(sampler, lambda: verifications(app))
             app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
-        files = config.files
-        trust = [p for p in (files.client_ca, files.requestheader_ca, files.load_reader_ca) if p]
-        context = make_server_context(files.cert, files.key, trust)
+        context = make_server_context(material.serving, material.anchors())
         authentication = app.app if isinstance(app.app, AuthenticationMiddleware) else None
         reloader = Reloader(
-            files,
+            loader.sources(config.files),
+            material,
+            seen,
             context,
             app,
-            config.policy.modes,
             metrics.on_reload if metrics else None,
             authentication.trust_clients if authentication else None,
         )
@@ -79,18 +84,21 @@ def verifications(app: LoadReportMiddleware) -> int:
     chains = app.authority.chains
     return chains.verifier.verifications if chains else 0
 
-def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddleware, ProxyApp | None]:
-    """The middleware around the demo backend (or the proxy in front of it)."""
+def build_app(
+    config: ServeConfig, sampler: Sampler, material: Material
+) -> tuple[LoadReportMiddleware, ProxyApp | None]:
+    """The middleware around the demo backend (or the proxy in front of it), trusting ``material``."""
     backend: ASGIApp = demo.with_work(demo.app) if config.demo_work else demo.app
     inner = backend
     proxy = None
     if config.routes:
-        proxy = ProxyApp(config.routes, backend, config.proxy_timeout, client_cert=config.proxy_client)
+        proxy = ProxyApp(config.routes, backend, config.proxy_timeout, client_cert=material.proxy_client)
         inner = proxy
-    clients = ChainCache(config.client_verifier) if config.client_verifier is not None else None
+    clients = ChainCache(FrontProxyVerifier(material.client_cas)) if material.client_cas else None
+    tokens = TokenFile(material.tokens) if material.tokens else None
     authenticated = AuthenticationMiddleware(
         inner,
-        config.authentication,
+        replace(config.authentication, tokens=tokens),
         lambda: middleware.authority.chains,
         clients,
         load_readers=lambda: middleware.authority.readers,
@@ -99,7 +107,7 @@ def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddlewa
     middleware = LoadReportMiddleware(
         authenticated,
         enabled=config.enabled,
-        authority=Authority.build(config.policy, config.verifier, config.reader_verifier),
+        authority=Authority.from_material(material, config.modes),
         sampler=sampler,
         attach=config.attach,
     )

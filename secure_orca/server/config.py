@@ -1,5 +1,5 @@
-"""The validated configuration of `serve`, built from kube-apiserver-style flags; reads the credential files
-it names, opens no socket."""
+"""The validated configuration of `serve`, built from kube-apiserver-style flags alone: it names the credential
+files (``secure_orca.credentials`` reads them), reads none and opens no socket."""
 
 from __future__ import annotations
 
@@ -12,14 +12,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from secure_orca import pki
-from secure_orca.authn import tokenfile
 from secure_orca.authn.requestheader import RequestHeaderConfig
-from secure_orca.authn.tokenfile import TokenFile
-from secure_orca.authz.frontproxy import FrontProxyVerifier, shares_ca
-from secure_orca.authz.policy import MODES, Policy
-from secure_orca.authz.secrets import SecretSet
-from secure_orca.authz.trust import check_key_pair, load_cert_bundle, load_secrets, read_private_file
-from secure_orca.errors import CredentialError, FlagError, UsageError
+from secure_orca.authz.policy import MODES, Mode
+from secure_orca.credentials import flags
+from secure_orca.credentials.loader import CredentialFiles
+from secure_orca.errors import FlagError, UsageError
 from secure_orca.server.authentication import AuthenticationConfig
 from secure_orca.server.flags import (
     ProxyRoute,
@@ -31,7 +28,6 @@ from secure_orca.server.flags import (
     parse_proxy,
 )
 from secure_orca.server.metrics import parse_address
-from secure_orca.server.reload import TrustFiles, read_allowed_names
 
 log = logging.getLogger("secure_orca.serve")
 GATE = "RequestCostAggregation"
@@ -46,13 +42,11 @@ class ServeConfig:
 
     host: str
     port: int
-    files: TrustFiles
+    files: CredentialFiles
     enabled: bool
-    policy: Policy
-    verifier: FrontProxyVerifier | None
+    modes: frozenset[Mode]  # --endpoint-load-metrics-auth: the listed modes whose credential flags are given
     interval: float
     decimals: int
-    reader_verifier: FrontProxyVerifier | None = None  # --endpoint-load-metrics-client-ca-file (load-reader)
     attach: str = "every-response"
     routes: list[ProxyRoute] = field(default_factory=list)
     proxy_timeout: float = 30.0
@@ -63,8 +57,6 @@ class ServeConfig:
     demo_work: bool = False
     notes: list[str] = field(default_factory=list)
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
-    client_verifier: FrontProxyVerifier | None = None  # --client-ca-file, for the x509 authenticator
-    proxy_client: tuple[Path, Path] | None = None  # --proxy-client-cert-file and --proxy-client-key-file
 
 
 def _use_dev_pki(args: argparse.Namespace, notes: list[str]) -> None:
@@ -111,30 +103,8 @@ def _header_lists(args: argparse.Namespace) -> RequestHeaderConfig:
     )
 
 
-def _proxy_client(args: argparse.Namespace) -> tuple[Path, Path] | None:
-    cert, key = args.proxy_client_cert_file, args.proxy_client_key_file
-    if cert is None and key is None:
-        return None
-    if cert is None or key is None:
-        raise UsageError("--proxy-client-cert-file and --proxy-client-key-file must be given together")
-    try:
-        check_key_pair(cert, key, "--proxy-client-cert-file", "--proxy-client-key-file")
-    except CredentialError as error:
-        raise UsageError(str(error)) from None
-    return cert, key
-
-
-def _tokens(path: Path | None) -> TokenFile | None:
-    if path is None:
-        return None
-    try:
-        return TokenFile(tokenfile.parse(read_private_file(path, tokenfile.FLAG), path))
-    except CredentialError as error:
-        raise UsageError(str(error)) from None
-
-
 def build_config(args: argparse.Namespace) -> ServeConfig:
-    """Validate the flags and read the credential files; raise UsageError naming the flag at fault."""
+    """Validate the flags; raise UsageError naming the flag at fault. No credential file is read here."""
     notes: list[str] = []
     if args.tls_cert_file is None and args.tls_private_key_file is None:
         _use_dev_pki(args, notes)
@@ -165,105 +135,65 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         _flag("--metrics-bind-address", lambda: parse_address(args.metrics_bind_address))
     if args.requestheader_allowed_names and args.requestheader_allowed_names_file:
         raise UsageError("--requestheader-allowed-names-file: give either it or --requestheader-allowed-names")
-    modes = parse_list(args.endpoint_load_metrics_auth)
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
+    listed = parse_list(args.endpoint_load_metrics_auth)
+    unknown = [m for m in listed if m not in MODES]
+    if unknown or not listed:
         raise UsageError(
             f"--endpoint-load-metrics-auth: unknown mode {unknown[0] if unknown else '(empty)'}; "
             f"choose from {', '.join(MODES)}"
         )
+    modes = tuple(Mode(m) for m in listed)
     enabled = bool(args.enable_endpoint_load_metrics)
     if enabled and not gates.get(GATE, False):
         raise UsageError(f"--enable-endpoint-load-metrics: requires --feature-gates {GATE}=true")
-    try:
-        check_key_pair(cert_file, key_file)
-        client_cas = load_cert_bundle(args.client_ca_file, "--client-ca-file") if args.client_ca_file else []
-        fp_cas = (
-            load_cert_bundle(args.requestheader_client_ca_file, "--requestheader-client-ca-file")
-            if args.requestheader_client_ca_file
-            else []
-        )
-        secrets = (
-            load_secrets(args.endpoint_load_metrics_secret_file, "--endpoint-load-metrics-secret-file")
-            if args.endpoint_load_metrics_secret_file and "shared-secret" in modes
-            else []
-        )
-        allowed = (
-            read_allowed_names(args.requestheader_allowed_names_file)
-            if args.requestheader_allowed_names_file
-            else parse_list(args.requestheader_allowed_names)
-        )
-    except CredentialError as error:
-        raise UsageError(str(error)) from None
-    reader_names = parse_list(args.endpoint_load_metrics_allowed_names)
-    try:
-        reader_cas = (
-            load_cert_bundle(args.endpoint_load_metrics_client_ca_file, "--endpoint-load-metrics-client-ca-file")
-            if args.endpoint_load_metrics_client_ca_file and "load-reader" in modes
-            else []
-        )
-    except CredentialError as error:
-        raise UsageError(str(error)) from None
-    if shares_ca(client_cas + fp_cas, reader_cas) and not reader_names:
-        raise UsageError(
-            "--endpoint-load-metrics-allowed-names: must not be empty when --endpoint-load-metrics-client-ca-file "
-            "shares a certificate with --client-ca-file or --requestheader-client-ca-file"
-        )
-    reader_verifier = FrontProxyVerifier(reader_cas, reader_names) if reader_cas else None
-    if shares_ca(client_cas, fp_cas) and not allowed:
-        raise UsageError(
-            "--requestheader-allowed-names: must not be empty when --client-ca-file and "
-            "--requestheader-client-ca-file share a certificate (any client certificate could act as the proxy)"
-        )
-    verifier = FrontProxyVerifier(fp_cas, allowed) if fp_cas else None
-    header_names = _header_lists(args)
-    authentication = AuthenticationConfig(
-        requestheader=header_names if verifier is not None else None,
-        header_names=header_names,
-        client_certs=bool(client_cas),
-        tokens=_tokens(args.token_auth_file),
-        anonymous=_flag("--anonymous-auth", lambda: parse_bool(args.anonymous_auth)),
-        proxy_without_user_is_anonymous=args.requestheader_missing_user == "anonymous",
-    )
-    proxy_client = _proxy_client(args)
+    if (args.proxy_client_cert_file is None) != (args.proxy_client_key_file is None):
+        raise UsageError(f"{flags.PROXY_CERT} and {flags.PROXY_KEY} must be given together")
     usable = {
-        "front-proxy": verifier is not None,
-        "shared-secret": bool(secrets),
-        "header-only": True,
-        "load-reader": reader_verifier is not None,
+        Mode.FRONT_PROXY: args.requestheader_client_ca_file is not None,
+        Mode.SHARED_SECRET: args.endpoint_load_metrics_secret_file is not None,
+        Mode.HEADER_ONLY: True,
+        Mode.LOAD_READER: args.endpoint_load_metrics_client_ca_file is not None,
     }
     if enabled:
         if not any(usable[m] for m in modes):
             raise UsageError(
-                "--endpoint-load-metrics-auth: no listed mode is usable: front-proxy needs "
-                "--requestheader-client-ca-file, shared-secret needs --endpoint-load-metrics-secret-file, "
-                "load-reader needs --endpoint-load-metrics-client-ca-file"
+                f"--endpoint-load-metrics-auth: no listed mode is usable: front-proxy needs {flags.REQUESTHEADER_CA}"
+                f", shared-secret needs {flags.SECRET}, load-reader needs {flags.LOAD_READER_CA}"
             )
         notes += [f"auth mode {m} is listed but has no material; it grants nothing" for m in modes if not usable[m]]
-        if "header-only" in modes:
+        if Mode.HEADER_ONLY in modes:
             notes.append(
                 "WARNING: --endpoint-load-metrics-auth includes header-only: any client that reaches this "
                 "server can read its load (KEP-6315 option 1)"
             )
-    files = TrustFiles(
+    header_names = _header_lists(args)
+    authentication = AuthenticationConfig(
+        requestheader=header_names if args.requestheader_client_ca_file else None,
+        header_names=header_names,
+        client_certs=args.client_ca_file is not None,
+        anonymous=_flag("--anonymous-auth", lambda: parse_bool(args.anonymous_auth)),
+        proxy_without_user_is_anonymous=args.requestheader_missing_user == "anonymous",
+    )
+    files = CredentialFiles(
         cert=cert_file,
         key=key_file,
         client_ca=args.client_ca_file,
         requestheader_ca=args.requestheader_client_ca_file,
         allowed_names_file=args.requestheader_allowed_names_file,
-        secret_file=args.endpoint_load_metrics_secret_file,
-        allowed_names=allowed,
-        load_reader_ca=args.endpoint_load_metrics_client_ca_file if reader_verifier else None,
-        load_reader_names=reader_names,
+        secret_file=args.endpoint_load_metrics_secret_file if Mode.SHARED_SECRET in modes else None,
+        load_reader_ca=args.endpoint_load_metrics_client_ca_file if Mode.LOAD_READER in modes else None,
+        token_file=args.token_auth_file,
+        proxy_cert=args.proxy_client_cert_file,
+        proxy_key=args.proxy_client_key_file,
+        allowed_names=tuple(parse_list(args.requestheader_allowed_names)),
+        load_reader_names=tuple(parse_list(args.endpoint_load_metrics_allowed_names)),
     )
     return ServeConfig(
         host=args.bind_address,
         port=args.secure_port,
         files=files,
         enabled=enabled,
-        policy=Policy(frozenset(m for m in modes if usable[m]), SecretSet(secrets) if secrets else None),
-        verifier=verifier,
-        reader_verifier=reader_verifier,
+        modes=frozenset(m for m in modes if usable[m]),
         interval=interval,
         decimals=args.endpoint_load_metrics_decimals,
         attach=args.endpoint_load_metrics_attach,
@@ -276,8 +206,6 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         demo_work=bool(getattr(args, "demo_work", False)),
         notes=notes,
         authentication=authentication,
-        client_verifier=FrontProxyVerifier(client_cas) if client_cas else None,
-        proxy_client=proxy_client,
     )
 
 

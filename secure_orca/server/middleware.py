@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
 from secure_orca.authz.kubex509 import parse_certificate
-from secure_orca.authz.policy import DECISIONS, Decision, Policy
+from secure_orca.authz.policy import DECISIONS, Decision, Mode, Policy
 from secure_orca.authz.reasons import Reason
+from secure_orca.authz.secrets import SecretSet
+from secure_orca.credentials.loader import Material
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
@@ -247,6 +249,15 @@ class Authority:
             ChainCache(verifier) if verifier is not None else None,
             ChainCache(reader) if reader is not None else None,
         )
+
+    @classmethod
+    def from_material(cls, material: Material, modes: frozenset[Mode]) -> Authority:
+        """The trust the credential files grant: the one builder for start-up and every reload."""
+        policy = Policy(modes, SecretSet(material.secrets) if material.secrets else None)
+        cas, readers = material.requestheader_cas, material.reader_cas
+        verifier = FrontProxyVerifier(cas, material.allowed_names) if cas else None
+        reader = FrontProxyVerifier(readers, material.reader_names) if readers else None
+        return cls.build(policy, verifier, reader)
 
 
 class LoadReportMiddleware:

@@ -22,12 +22,12 @@ import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from urllib.parse import unquote_to_bytes
 
 import httpx
 
 from secure_orca.authn.requestheader import upstream_headers
+from secure_orca.credentials.kinds import KeyPair
 from secure_orca.server.asgi import NO_BODY_STATUSES, ASGIApp, Message, Receive, Scope, Send, respond_json
 from secure_orca.server.authentication import current_user
 from secure_orca.server.flags import ProxyRoute
@@ -118,7 +118,7 @@ class ProxyApp:
         routes: Sequence[ProxyRoute],
         fallback: ASGIApp,
         timeout: float = 30.0,
-        client_cert: tuple[Path, Path] | None = None,
+        client_cert: KeyPair | None = None,
         max_uploads_per_client: int = 16,
     ) -> None:
         self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
@@ -128,7 +128,7 @@ class ProxyApp:
         self.uploads: dict[str, int] = {}
         tls = httpx.create_ssl_context()  # httpx's default trust (SSL_CERT_FILE when set)
         if client_cert is not None:
-            tls.load_cert_chain(*client_cert)
+            client_cert.load_into(tls)
         # No Accept-Encoding of our own: a client that asked for none gets an uncompressed body.
         identity = {"accept-encoding": "identity"}
         self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=tls, headers=identity)

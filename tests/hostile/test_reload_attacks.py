@@ -117,26 +117,28 @@ def test_a_stuck_read_never_blocks_the_loop_nor_doubles(dev_pki: pki.DevPKI, mon
     """A credential file on a filesystem that hangs: the poll gives up after its timeout (logged once), the
     event loop keeps running, and no second reader starts while the first is stuck."""
     from secure_orca.authz.policy import Policy
+    from secure_orca.credentials import loader
     from secure_orca.server import reload
     from secure_orca.server.adapter import make_server_context
     from secure_orca.server.middleware import Authority, LoadReportMiddleware
     from secure_orca.server.sampler import Sampler
 
-    files = reload.TrustFiles(cert=dev_pki.cert("server"), key=dev_pki.key("server"))
+    files = loader.CredentialFiles(cert=dev_pki.cert("server"), key=dev_pki.key("server"))
+    material, seen = loader.load(files)
     middleware = LoadReportMiddleware(
         lambda *_: asyncio.sleep(0), enabled=True, authority=Authority(Policy(frozenset())), sampler=Sampler()
     )
-    reloader = reload.Reloader(files, make_server_context(files.cert, files.key, []), middleware, frozenset(),
-                               read_timeout=0.2)  # fmt: skip
+    context = make_server_context(material.serving, material.anchors())
+    reloader = reload.Reloader(loader.sources(files), material, seen, context, middleware, read_timeout=0.2)
     release, readers = threading.Event(), []
-    real_read = reload.read_credential
+    real_read = loader.read_credential
 
     def hanging_read(path: Path, flag: str) -> object:
         readers.append(threading.current_thread().name)
         release.wait(10)
         return real_read(path, flag)
 
-    monkeypatch.setattr(reload, "read_credential", hanging_read)
+    monkeypatch.setattr(loader, "read_credential", hanging_read)
 
     async def scenario() -> int:
         ticks = 0

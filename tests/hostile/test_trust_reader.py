@@ -8,6 +8,7 @@ it was refused on reload, so the CA it removed kept granting (blocked revocation
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,8 @@ import pytest
 from secure_orca import pki
 
 from ..conftest import ClientCert, load_issued, write_client
-from ..test_rotation import Rig, eventually, replace, rig  # noqa: F401  (rig is a fixture)
+from ..test_rotation import Rig, eventually, replace
+from ..test_rotation import rig as rig_fixture  # noqa: F401  (the fixture named rig)
 
 REQUESTHEADER_CA = "--requestheader-client-ca-file"
 
@@ -60,7 +62,9 @@ def reloads(rig: Rig) -> int:
 
 
 @pytest.mark.parametrize("spelling", [relabelled, with_headers, end_on_the_base64_line])
-def test_a_reload_never_makes_an_ignored_block_a_root(rig: Rig, tmp_path: Path, spelling) -> None:  # type: ignore[no-untyped-def]
+def test_a_reload_never_makes_an_ignored_block_a_root(
+    rig: Rig, tmp_path: Path, spelling: Callable[[bytes], bytes]
+) -> None:
     live = pki.DevPKI(rig.root)
     evil = pki.make_ca("evil-ca")
     intruder = write_client(tmp_path, "intruder", pki.issue(evil, pki.FRONT_PROXY_CN))
