@@ -13,6 +13,7 @@ PACKAGE = Path(secure_orca.__file__).parent
 # Parsing, formats, decisions: no sockets, threads, processes, clocks or files; only other pure modules.
 PURE = (
     "secure_orca.errors",
+    "secure_orca.addresses",
     "secure_orca.orca",
     "secure_orca.authn",
     "secure_orca.authz.reasons",

@@ -18,11 +18,8 @@ from urllib.parse import unquote_to_bytes
 
 from secure_orca.authn.authenticator import NOT_MINE, Headers, Outcome, Request, failure, text
 from secure_orca.authn.user import UserInfo
+from secure_orca.orca.headers import EXTRA_PREFIXES, GROUP_HEADERS, UID_HEADERS, USERNAME_HEADERS
 
-USERNAME_HEADERS = ("X-Remote-User",)
-UID_HEADERS = ("X-Remote-Uid",)
-GROUP_HEADERS = ("X-Remote-Group",)
-EXTRA_PREFIXES = ("X-Remote-Extra-",)
 _PATH_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 

@@ -16,6 +16,7 @@ import logging
 import signal
 from pathlib import Path
 
+from secure_orca.addresses import is_loopback
 from secure_orca.authz.policy import DEFAULT_MODES, MODES
 from secure_orca.credentials import flags
 from secure_orca.errors import UsageError
@@ -23,7 +24,6 @@ from secure_orca.orca.report import DEFAULT_DECIMALS
 from secure_orca.server.adapter import bind_address
 from secure_orca.server.assembly import Server
 from secure_orca.server.config import GATE, build_config
-from secure_orca.server.flags import is_loopback
 from secure_orca.server.metrics import parse_address
 from secure_orca.server.middleware import ATTACH_MODES
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from secure_orca.addresses import is_loopback
 from secure_orca.errors import SecureOrcaError
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
 from secure_orca.orca.optin import header_value
-from secure_orca.server.flags import is_loopback
 
 OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only", "load-reader")
 POLICIES = ("cswrr", "round-robin")

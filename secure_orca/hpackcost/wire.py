@@ -38,7 +38,6 @@ import h2.exceptions
 from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import ContinuationFrame, Frame, GoAwayFrame, HeadersFrame
 
-from secure_orca.authn.requestheader import USERNAME_HEADERS
 from secure_orca.errors import SecureOrcaError
 from secure_orca.hpackcost.model import WARMUP_CAP, CellResult, Scenario, simulate
 from secure_orca.hpackcost.walk import (
@@ -52,6 +51,7 @@ from secure_orca.hpackcost.walk import (
 from secure_orca.orca.headers import OPTIN as OPT_IN
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
+from secure_orca.orca.headers import USERNAME_HEADERS
 from secure_orca.orca.optin import header_value
 from secure_orca.orca.report import DEFAULT_DECIMALS, encode_bin, parse_text
 

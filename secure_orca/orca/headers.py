@@ -1,4 +1,4 @@
-"""Every ORCA header name, defined once (pure)."""
+"""Every header name the gateway speaks, defined once (pure): ORCA's, and kube's standard requestheader names."""
 
 from __future__ import annotations
 
@@ -8,3 +8,9 @@ OPTIN = "endpoint-load-metrics-request"  # the opt-in a load balancer sends (KEP
 ORCA_HEADERS = frozenset({REPORT, REPORT_BIN})
 ORCA_HEADERS_BYTES = frozenset(name.encode() for name in ORCA_HEADERS)
 OPTIN_BYTES = OPTIN.encode()
+
+# kube-apiserver's standard --requestheader-* names (what the aggregator and a front proxy send).
+USERNAME_HEADERS = ("X-Remote-User",)
+UID_HEADERS = ("X-Remote-Uid",)
+GROUP_HEADERS = ("X-Remote-Group",)
+EXTRA_PREFIXES = ("X-Remote-Extra-",)

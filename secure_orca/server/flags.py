@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -89,13 +88,3 @@ def parse_proxy(text: str) -> ProxyRoute:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise FlagError(f"invalid upstream URL in {text!r} (http:// or https:// with a host)")
     return ProxyRoute(prefix, url.rstrip("/"))
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) is a loopback address; any other name is not."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

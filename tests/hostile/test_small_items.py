@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from secure_orca import pki
+from secure_orca.addresses import is_loopback
 from secure_orca.authz.policy import DECISIONS
 from secure_orca.lab import loadgen
 from secure_orca.lab import replicas as launch
 from secure_orca.server.asgi import respond
-from secure_orca.server.flags import is_loopback
 from secure_orca.server.metrics import Metrics
 from secure_orca.server.sampler import Sampler
 
