@@ -23,8 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa, x25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from secure_orca.authz import der
-from secure_orca.authz.der import Reader
+from secure_orca.x509 import der
+from secure_orca.x509.der import Reader
 
 ALLOWED = "front-proxy-client"
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from cryptography import x509
 
-from secure_orca.authz.kubex509 import ca_bundle
 from secure_orca.errors import CredentialError
 from secure_orca.orca.optin import SECRET_CHARS
+from secure_orca.x509.pem import ca_bundle
 
 MIN_SECRET_LENGTH = 16
 MAX_CREDENTIAL_BYTES = 1 << 20  # far above any certificate bundle or secret list; bounds a reload's memory

@@ -65,10 +65,11 @@ from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from hyperframe.frame import GoAwayFrame
 
-from secure_orca.authz.kubex509 import ca_bundle
+from secure_orca.authz.memo import ConnectionMemo
 from secure_orca.errors import SecureOrcaError
 from secure_orca.server.h2_headers import REPORT_FIELD_NAME, IndexedEncoder, passes_unchanged, remember
-from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
+from secure_orca.server.middleware import CONNECTION_KEY
+from secure_orca.x509.pem import ca_bundle
 
 log = logging.getLogger("secure_orca.server")
 HYPERCORN_VERSION = "0.18.0"

@@ -13,10 +13,11 @@ from secure_orca.server.asgi import ASGIApp
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
-from secure_orca.server.middleware import Authority, ChainCache, LoadReportMiddleware
+from secure_orca.server.middleware import Authority, LoadReportMiddleware
 from secure_orca.server.proxy import ProxyApp
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler
+from secure_orca.x509.cache import ChainCache
 
 
 @dataclass

@@ -15,7 +15,6 @@ from secure_orca import pki
 from secure_orca.authn import tokenfile
 from secure_orca.authn.requestheader import RequestHeaderConfig
 from secure_orca.authn.tokenfile import TokenFile
-from secure_orca.authz.frontproxy import FrontProxyVerifier, shares_ca
 from secure_orca.authz.policy import MODES, Policy
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.authz.trust import check_key_pair, load_cert_bundle, load_secrets, read_private_file
@@ -32,6 +31,8 @@ from secure_orca.server.flags import (
 )
 from secure_orca.server.metrics import parse_address
 from secure_orca.server.reload import TrustFiles, read_allowed_names
+from secure_orca.x509.chainverifier import ChainVerifier as FrontProxyVerifier
+from secure_orca.x509.chainverifier import shares_ca
 
 log = logging.getLogger("secure_orca.serve")
 GATE = "RequestCostAggregation"

@@ -36,7 +36,6 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from secure_orca.authz.frontproxy import FrontProxyVerifier, shares_ca
 from secure_orca.authz.policy import Policy
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.authz.trust import (
@@ -48,6 +47,8 @@ from secure_orca.authz.trust import (
 )
 from secure_orca.errors import CredentialError
 from secure_orca.server.middleware import Authority, LoadReportMiddleware
+from secure_orca.x509.chainverifier import ChainVerifier as FrontProxyVerifier
+from secure_orca.x509.chainverifier import shares_ca
 
 log = logging.getLogger("secure_orca.reload")
 READ_TIMEOUT = 5.0  # seconds one poll may spend reading files before the server says so
