@@ -13,6 +13,15 @@ from secure_orca.x509.chainverifier import ChainVerifier, Failure
 from tests import x509corpus as shapes
 
 
+def test_an_end_marker_glued_to_the_base64_ends_no_block() -> None:
+    """Issue 22: Go's pem.Decode needs the END marker at the start of a line; a block whose END follows the
+    base64 on the same line is skipped, and only the next block is read (Go reads 1 CA here, not 2)."""
+    first, second = shapes.root(), shapes.root("second-ca")
+    glued = shapes.pem(first.der).replace(b"\n-----END", b"-----END")
+    assert pem.ca_bundle(glued + shapes.pem(second.der)) == [second.der]
+    assert pem.ca_bundle(shapes.pem(second.der) + glued) == [second.der]
+
+
 @pytest.mark.parametrize(
     "encoding",
     [
