@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from secure_orca.authz.memo import ConnectionMemo
 from secure_orca.credentials import loader
 from secure_orca.orca import report
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
@@ -19,7 +20,7 @@ from secure_orca.orca.headers import REPORT as REPORT_HEADER
 from secure_orca.server import demo
 from secure_orca.server.assembly import build_app, verifications
 from secure_orca.server.config import ServeConfig, build_config
-from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
+from secure_orca.server.middleware import CONNECTION_KEY
 from secure_orca.server.sampler import Sampler
 
 from .common import BenchError, BenchPKI, Identity, Spread, markdown_table, parse_serve_flags, rotated

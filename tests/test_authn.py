@@ -19,16 +19,16 @@ from secure_orca.authn.requestheader import IdentityHeaders, RequestHeaderConfig
 from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
 from secure_orca.authn.user import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, CREDENTIAL_ID_KEY, UserInfo
-from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyVerifier
 from secure_orca.errors import CredentialError
+from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainVerifier
 
 NOW = dt.datetime.now(dt.UTC)
 FP_CA = pki.make_ca("front-proxy-ca")
 CLIENT_CA = pki.make_ca("client-ca")
 FP = pki.issue(FP_CA, pki.FRONT_PROXY_CN).cert
 USER = pki.issue(CLIENT_CA, "jane", organization="devs").cert
-FRONT_PROXY = FrontProxyVerifier([FP_CA.cert], [pki.FRONT_PROXY_CN])
-CLIENTS = FrontProxyVerifier([CLIENT_CA.cert])
+FRONT_PROXY = ChainVerifier([FP_CA.cert], [pki.FRONT_PROXY_CN])
+CLIENTS = ChainVerifier([CLIENT_CA.cert])
 TOKENS = TokenFile({"s3cret-token": UserInfo("tok-user", "42", ("a", "b"))})
 CONFIG = RequestHeaderConfig()
 

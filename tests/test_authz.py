@@ -8,9 +8,10 @@ import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID as EKU
 
 from secure_orca import pki
-from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyVerifier
-from secure_orca.authz.policy import Policy
+from secure_orca.authz.policy import Policy, refusal
+from secure_orca.authz.reasons import Reason
 from secure_orca.authz.secrets import SecretSet
+from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainVerifier
 
 NOW = dt.datetime.now(dt.UTC)
 FP_CA = pki.make_ca("front-proxy-ca")
@@ -21,8 +22,9 @@ SECRET = "correct-horse-battery-staple"
 
 
 def verify(leaf: pki.Issued, *chain: pki.Issued, allowed: tuple[str, ...] = ("front-proxy-client",)) -> str:
-    verifier = FrontProxyVerifier([FP_CA.cert], allowed)
-    return verifier.verify([leaf.cert, *(c.cert for c in chain)], NOW).reason
+    verifier = ChainVerifier([FP_CA.cert], allowed)
+    result = verifier.verify([leaf.cert, *(c.cert for c in chain)], NOW)
+    return Reason.FRONT_PROXY if result.ok else refusal(result)
 
 
 FP_ONLY = Policy(frozenset({"front-proxy"}))
@@ -72,11 +74,11 @@ def test_empty_allowed_names_accepts_any_cn_from_the_ca() -> None:
 
 
 def test_empty_chain_is_no_certificate() -> None:
-    assert FrontProxyVerifier([FP_CA.cert]).verify([], NOW) == NO_CERTIFICATE
+    assert ChainVerifier([FP_CA.cert]).verify([], NOW) == NO_CERTIFICATE
 
 
 def test_grant_bounded_by_chain_validity() -> None:
-    result = FrontProxyVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
+    result = ChainVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
     assert result.holds_at(NOW) and not result.holds_at(NOW + dt.timedelta(days=3650))
 
 
@@ -88,7 +90,7 @@ def test_secret_set_matches_any_rotated_secret_only() -> None:
     assert "secret-0" not in repr(secrets)
 
 
-FP_OK = FrontProxyVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
+FP_OK = ChainVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
 BOTH = Policy(frozenset({"front-proxy", "shared-secret"}), SecretSet([SECRET]))
 
 
@@ -140,7 +142,7 @@ def test_every_reason_has_a_metrics_label_and_a_shared_decision() -> None:
 # ---- option 2b: the load-reader identity (reports only) -------------------------------------------------------
 
 READER = Policy(frozenset({"load-reader"}))
-READERS = FrontProxyVerifier([CLIENT_CA.cert], ("load-reader",))
+READERS = ChainVerifier([CLIENT_CA.cert], ("load-reader",))
 READER_OK = READERS.verify([pki.issue(CLIENT_CA, "load-reader").cert], NOW)
 READER_WRONG_NAME = READERS.verify([pki.issue(CLIENT_CA, "someone").cert], NOW)
 

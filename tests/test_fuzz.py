@@ -10,11 +10,11 @@ import sys
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from secure_orca.authz.frontproxy import NO_CERTIFICATE
 from secure_orca.authz.policy import Policy
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.orca.optin import OptInError, parse
 from secure_orca.orca.report import LoadReport, OrcaFormatError, encode_text, parse_text
+from secure_orca.x509.chainverifier import NO_CERTIFICATE
 
 if __name__ == "__main__":  # longer fuzzing outside CI: python -m tests.test_fuzz [examples per property]
     settings.register_profile("long", max_examples=int(sys.argv[1]) if len(sys.argv) > 1 else 100_000, deadline=None)

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from secure_orca import pki
-from secure_orca.authz.frontproxy import FrontProxyVerifier
+from secure_orca.authz.memo import ConnectionMemo
 from secure_orca.authz.policy import Policy
 from secure_orca.authz.secrets import SecretSet
-from secure_orca.server.middleware import CONNECTION_KEY, Authority, ConnectionMemo, LoadReportMiddleware
+from secure_orca.server.middleware import CONNECTION_KEY, Authority, LoadReportMiddleware
 from secure_orca.server.sampler import Sampler
+from secure_orca.x509.chainverifier import ChainVerifier
 
 FP_CA = pki.make_ca("front-proxy-ca")
 FP_PEM = pki.issue(FP_CA, "front-proxy-client").cert_pem().decode()
@@ -55,7 +56,7 @@ def make(enabled: bool = True, modes: frozenset[str] = frozenset({"front-proxy",
         backend,
         enabled=enabled,
         authority=Authority.build(
-            Policy(modes, SecretSet([SECRET])), FrontProxyVerifier([FP_CA.cert], ["front-proxy-client"])
+            Policy(modes, SecretSet([SECRET])), ChainVerifier([FP_CA.cert], ["front-proxy-client"])
         ),
         sampler=sampler,
         on_decision=lambda d: decisions.append(d.reason),

@@ -27,14 +27,14 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from secure_orca.authz.frontproxy import FrontProxyVerifier
 from secure_orca.credentials import kinds
 from secure_orca.credentials.files import FileContent
 from secure_orca.credentials.loader import read_key_pair
 from secure_orca.errors import CredentialError
 from secure_orca.lab import replicas as launch
 from secure_orca.server.adapter import make_server_context, tls_extension
-from secure_orca.server.middleware import ChainCache
+from secure_orca.x509.cache import ChainCache
+from secure_orca.x509.chainverifier import ChainVerifier
 from tests import x509corpus
 from tests.x509corpus import Case
 
@@ -150,11 +150,11 @@ def ours(case: Case) -> Verdict:
     """The server's decision: the bundle read at start-up, then the chain through the per-connection cache."""
     try:
         roots = bundle_of(case)
-        verifier = FrontProxyVerifier(roots, case.names)
+        verifier = ChainVerifier(roots, case.names)
     except (CredentialError, ValueError) as error:
         return Verdict("bundle", str(error))
     result = ChainCache(verifier).lookup(tuple(ssl.DER_cert_to_PEM_cert(der) for der in case.chain), case.at)
-    return Verdict("grant" if result.ok else "refuse", str(result.reason))
+    return Verdict("grant" if result.ok else "refuse", str(result.failure or "front-proxy"))
 
 
 def test_corpus_covers_every_field_family(corpus: list[Case], go_verdicts: dict[str, Verdict]) -> None:
@@ -232,8 +232,8 @@ def served(case: Case, server: ssl.SSLObject) -> Verdict:
     roots = bundle_of(case)
     tls = tls_extension(server)
     assert tls is not None
-    result = ChainCache(FrontProxyVerifier(roots, case.names)).lookup(tuple(tls["client_cert_chain"]), case.at)
-    return Verdict("grant" if result.ok else "refuse", str(result.reason))
+    result = ChainCache(ChainVerifier(roots, case.names)).lookup(tuple(tls["client_cert_chain"]), case.at)
+    return Verdict("grant" if result.ok else "refuse", str(result.failure or "front-proxy"))
 
 
 def handshake(case: Case, serving: tuple[Path, Path], workdir: Path) -> tuple[str, Verdict | None]:

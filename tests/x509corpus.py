@@ -23,8 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa, x25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from secure_orca.authz import der
-from secure_orca.authz.der import Reader
+from secure_orca.x509 import der
+from secure_orca.x509.der import Reader
 
 ALLOWED = "front-proxy-client"
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -905,6 +905,25 @@ def _bundle_cases(c: Corpus) -> None:
     c.add("bundle/no-certificate-block", key_block, [end])
     critical = extended(ca, ca.key, "1.3.6.1.4.1.55555.2", b"\x05\x00", True)
     c.add("bundle/unknown-critical-ca-alongside", pem(critical.der) + second_pem, [end])
+    # Go's pem.Decode needs "\n-----END " (issue 22): an END marker that follows the base64 on its line ends no
+    # block, and Decode looks on for the next BEGIN.
+    glued = second_pem.replace(b"\n-----END", b"-----END")
+    c.add("bundle/end-on-base64-line-signer-first", glued + ca_pem, [end])
+    c.add("bundle/end-on-base64-line-signer-last", ca_pem + glued, [end])
+    c.add("bundle/end-on-base64-line-only", glued, [end])
+    c.add("bundle/begin-not-at-line-start", b"#" + second_pem, [end])
+    c.add("bundle/begin-indented", b"\n " + second_pem, [end])
+    c.add("bundle/text-after-end", second_pem.replace(b"END CERTIFICATE-----\n", b"END CERTIFICATE----- x\n"), [end])
+    c.add("bundle/end-type-differs", second_pem.replace(b"END CERTIFICATE", b"END X509 CRL"), [end])
+    c.add("bundle/data-after-padding-block-first", pem(b"\x30\x00").replace(b"MAA=", b"MAA=MAA=") + second_pem, [end])
+    c.add("bundle/colon-line-is-a-header", second_pem.replace(b"-----\nM", b"-----\nnote:x\nM", 1), [end])
+    c.add(
+        "bundle/empty-block-then-signer",
+        b"-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n" + second_pem,
+        [end],
+    )
+    c.add("bundle/unterminated-block-then-signer", b"-----BEGIN CERTIFICATE-----\nMAA=\n" + second_pem, [end])
+    c.add("bundle/begin-without-dashes-then-signer", b"-----BEGIN CERTIFICATE\n" + second_pem, [end])
 
 
 def serve_argv(

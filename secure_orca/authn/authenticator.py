@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from cryptography import x509
 
 from secure_orca.authn.user import UserInfo
-from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult
-from secure_orca.authz.reasons import Reason
+from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, Failure
 
 Headers = Sequence[tuple[bytes, bytes]]
 
@@ -24,8 +23,8 @@ class Request:
     headers: Headers  # as received: names in any case, duplicates kept
     now: dt.datetime
     leaf: x509.Certificate | None = None  # the certificate the client presented, if any
-    front_proxy: FrontProxyResult = NO_CERTIFICATE
-    client_cert: FrontProxyResult = NO_CERTIFICATE
+    front_proxy: ChainResult = NO_CERTIFICATE
+    client_cert: ChainResult = NO_CERTIFICATE
 
     def values(self, name: str) -> list[bytes]:
         """Every value of header ``name``, compared case-insensitively (Go's canonical header keys)."""
@@ -55,6 +54,6 @@ def text(value: bytes) -> str:
     return value.decode("utf-8", "replace")
 
 
-def failure(result: FrontProxyResult) -> str:
+def failure(result: ChainResult) -> str:
     """Why a certificate check does not hold now: its reason, or ``expired`` once a verified chain lapsed."""
-    return str(Reason.EXPIRED if result.ok else result.reason)
+    return str(Failure.EXPIRED if result.ok or result.failure is None else result.failure)

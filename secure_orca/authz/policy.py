@@ -6,10 +6,10 @@ import datetime as dt
 from dataclasses import dataclass
 from enum import StrEnum
 
-from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult
 from secure_orca.authz.reasons import Reason
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.orca import optin
+from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, Failure
 
 
 class Mode(StrEnum):
@@ -42,6 +42,21 @@ def decision(reason: Reason | str) -> Decision:
     return DECISIONS[Reason(reason)]
 
 
+# Why a certificate check refused, as a load-report reason.
+REFUSALS = {
+    Failure.NO_CERTIFICATE: Reason.NO_CERTIFICATE,
+    Failure.UNTRUSTED: Reason.UNTRUSTED_CA,
+    Failure.EKU: Reason.EKU,
+    Failure.EXPIRED: Reason.EXPIRED,
+    Failure.NAME_NOT_ALLOWED: Reason.NAME_NOT_ALLOWED,
+}
+
+
+def refusal(result: ChainResult) -> Reason:
+    """The reason a certificate check does not hold now: its failure, or ``expired`` once a verified chain
+    lapsed."""
+    return Reason.EXPIRED if result.ok or result.failure is None else REFUSALS[result.failure]
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -53,9 +68,9 @@ class Policy:
     def decide(
         self,
         optin_values: list[bytes],
-        front_proxy: FrontProxyResult,
+        front_proxy: ChainResult,
         now: dt.datetime,
-        load_reader: FrontProxyResult = NO_CERTIFICATE,
+        load_reader: ChainResult = NO_CERTIFICATE,
     ) -> Decision:
         """``front_proxy`` and ``load_reader`` are the connection's certificate checked against each trust."""
         try:
@@ -76,7 +91,5 @@ class Policy:
             return DECISIONS[Reason.WRONG_SECRET]
         for mode, checked in ((Mode.FRONT_PROXY, front_proxy), (Mode.LOAD_READER, load_reader)):
             if mode in self.modes:
-                if checked.ok:  # verified earlier, since expired
-                    return DECISIONS[Reason.EXPIRED]
-                return DECISIONS[checked.reason]
+                return DECISIONS[refusal(checked)]  # a verified chain that lapsed is expired
         return DECISIONS[Reason.NO_SECRET]

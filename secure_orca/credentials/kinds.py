@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from cryptography import x509
 
-from secure_orca.authz.kubex509 import ca_bundle as pem_ca_blocks
 from secure_orca.credentials.files import FileContent
 from secure_orca.errors import CredentialError
 from secure_orca.orca.optin import SECRET_CHARS
+from secure_orca.x509.pem import ca_bundle as pem_ca_blocks
 
 MIN_SECRET_LENGTH = 16
 _SECRET = re.compile(f"{SECRET_CHARS}+")

@@ -17,11 +17,11 @@ from cryptography.hazmat.primitives import serialization
 
 from secure_orca.authn import tokenfile
 from secure_orca.authn.user import UserInfo
-from secure_orca.authz.frontproxy import shares_ca
 from secure_orca.credentials import flags, kinds
 from secure_orca.credentials.files import FileContent, read_credential
 from secure_orca.credentials.kinds import KeyPair
 from secure_orca.errors import CredentialError
+from secure_orca.x509.chainverifier import shares_ca
 
 
 @dataclass(frozen=True)

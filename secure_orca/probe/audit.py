@@ -28,7 +28,6 @@ import h2.exceptions
 from cryptography import x509
 
 from secure_orca import pki
-from secure_orca.authz.frontproxy import common_name
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS
 from secure_orca.orca.headers import REPORT as HEADER
@@ -55,6 +54,7 @@ from secure_orca.probe.vectors import (
     mint_identities,
     random_secret,
 )
+from secure_orca.x509.chainverifier import common_name
 
 Outcome = Literal["leak", "no-report", "refused-handshake", "not-accepted", "error"]
 Impersonation = Literal["leak", "none", "unknown"]

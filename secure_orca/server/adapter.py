@@ -64,10 +64,11 @@ from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from hyperframe.frame import GoAwayFrame
 
+from secure_orca.authz.memo import ConnectionMemo
 from secure_orca.credentials.kinds import KeyPair
 from secure_orca.errors import SecureOrcaError
 from secure_orca.server.h2_headers import REPORT_FIELD_NAME, IndexedEncoder, passes_unchanged, remember
-from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
+from secure_orca.server.middleware import CONNECTION_KEY
 
 log = logging.getLogger("secure_orca.server")
 HYPERCORN_VERSION = "0.18.0"

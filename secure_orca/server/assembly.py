@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from secure_orca.authn.tokenfile import TokenFile
-from secure_orca.authz.frontproxy import FrontProxyVerifier
 from secure_orca.credentials import loader
 from secure_orca.credentials.loader import Material
 from secure_orca.server import demo
@@ -17,10 +16,12 @@ from secure_orca.server.asgi import ASGIApp
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
-from secure_orca.server.middleware import Authority, ChainCache, LoadReportMiddleware
+from secure_orca.server.middleware import Authority, LoadReportMiddleware
 from secure_orca.server.proxy import ProxyApp
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler
+from secure_orca.x509.cache import ChainCache
+from secure_orca.x509.chainverifier import ChainVerifier
 
 
 @dataclass
@@ -94,7 +95,7 @@ def build_app(
     if config.routes:
         proxy = ProxyApp(config.routes, backend, config.proxy_timeout, client_cert=material.proxy_client)
         inner = proxy
-    clients = ChainCache(FrontProxyVerifier(material.client_cas)) if material.client_cas else None
+    clients = ChainCache(ChainVerifier(material.client_cas)) if material.client_cas else None
     tokens = TokenFile(material.tokens) if material.tokens else None
     authenticated = AuthenticationMiddleware(
         inner,

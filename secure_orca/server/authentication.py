@@ -26,9 +26,10 @@ from secure_orca.authn.review import UNAUTHORIZED_STATUS
 from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
 from secure_orca.authn.user import UserInfo
-from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
-from secure_orca.server.middleware import ChainCache, chain_key
+from secure_orca.server.middleware import chain_key
+from secure_orca.x509.cache import ChainCache
+from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, ChainVerifier
 
 log = logging.getLogger("secure_orca.authn")
 USER_KEY = "secure_orca.user"  # scope key of the authenticated UserInfo
@@ -93,7 +94,7 @@ class AuthenticationMiddleware:
     def trust_clients(self, client_cas: list[x509.Certificate]) -> None:
         """Replace the --client-ca-file trust (on reload); the x509 authenticator must already be configured."""
         if self.clients is not None:
-            self.clients = ChainCache(FrontProxyVerifier(client_cas))
+            self.clients = ChainCache(ChainVerifier(client_cas))
 
     def request(self, scope: Scope) -> Request:
         now = dt.datetime.now(dt.UTC)
@@ -105,7 +106,7 @@ class AuthenticationMiddleware:
             return Request(scope["headers"], now)
         key = chain_key(extensions, chain)  # hashed once per connection, shared with the load-report layer
 
-        def check(cache: ChainCache | None) -> FrontProxyResult:
+        def check(cache: ChainCache | None) -> ChainResult:
             return cache.lookup(chain, now, key) if cache is not None else NO_CERTIFICATE
 
         if check(self.load_readers()).holds_at(now):

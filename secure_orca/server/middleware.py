@@ -9,17 +9,13 @@ when the feature is on and the policy grants it (first, so the server's HTTP/2 a
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import hmac
 import itertools
-import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult, FrontProxyVerifier
-from secure_orca.authz.kubex509 import parse_certificate
+from secure_orca.authz.memo import Checks, ConnectionMemo, at, microseconds
 from secure_orca.authz.policy import DECISIONS, Decision, Mode, Policy
 from secure_orca.authz.reasons import Reason
 from secure_orca.authz.secrets import SecretSet
@@ -28,68 +24,13 @@ from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
 from secure_orca.server.sampler import Sampler
+from secure_orca.x509.cache import NEVER, ChainCache
+from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainVerifier
 
 FEATURE_OFF = DECISIONS[Reason.FEATURE_OFF]
 NO_OPT_IN = DECISIONS[Reason.NO_OPT_IN]
-_CACHE_SIZE = 4096
 CONNECTION_KEY = "secure_orca.connection"  # scope["extensions"] key of the per-connection ConnectionMemo
 ATTACH_MODES = ("every-response", "once-per-sample")
-
-
-class ConnectionMemo:
-    """Per-connection memory (the server puts one in every request scope of a connection).
-
-    ``last``: the report tuple last attached on it, so ``once-per-sample`` can skip repeats that HPACK would
-    still pay for. ``chain_key``: the digest of its client chain, hashed once per connection. The other fields
-    remember the last opt-in decision, so a load balancer's connection pays for its chain lookups, opt-in parse
-    and secret hash once, not on every request: the decision is reused only under the same Authority (a
-    credential reload replaces it), for the same single opt-in value (compared in constant time), while whether
-    each certificate check holds at the current time is what it was, and never past ``recheck`` (the next
-    notBefore among the presented certificates, when a refusal may turn into a grant).
-    """
-
-    __slots__ = ("authority", "chain_key", "decision", "identity", "last", "optin", "reader", "recheck", "since",
-                 "timed", "until", "windows")  # fmt: skip
-
-    def __init__(self) -> None:
-        self.last: tuple[bytes, bytes] | None = None
-        self.chain_key: bytes | None = None  # ChainCache.key of the connection's client chain, computed once
-        self.authority: Authority | None = None  # under which the fields below were computed
-        self.identity: FrontProxyResult = NO_CERTIFICATE  # front-proxy check
-        self.reader: FrontProxyResult = NO_CERTIFICATE  # load-reader check (option 2b)
-        self.windows: tuple[tuple[int, int], ...] = ()  # microsecond windows in which each check holds
-        self.recheck = 2**63  # microseconds since the epoch: identify again from then on
-        self.timed = False  # whether a decision depends on the clock (a window or a recheck exists)
-        self.optin = b""  # the single opt-in value ``decision`` was made for (reused only within since..until)
-        self.since, self.until = 0, -1  # microseconds in which every check holds as it did for ``decision``
-        self.decision = NO_OPT_IN
-
-    def remember(self, authority: Authority, checks: Checks) -> None:
-        """The connection's certificate checks under ``authority`` (forgets the last decision)."""
-        self.authority, self.identity, self.reader = authority, checks.identity, checks.reader
-        self.optin, self.since, self.until = b"", 0, -1  # no decision yet: nothing to reuse
-        self.recheck = checks.recheck
-        self.windows = tuple(_window(r) for r in (checks.identity, checks.reader) if r.ok)
-        self.timed = bool(self.windows) or self.recheck < 2**63
-
-    def clock(self) -> int:
-        """The time to decide at: only a certificate that holds at some time (or may start to) makes the
-        decision depend on the clock; otherwise 0, and no clock is read."""
-        return now_us() if self.timed else 0
-
-    def steady(self, now: int) -> tuple[int, int]:
-        """The microseconds around ``now`` in which each check holds exactly as at ``now`` (``FrontProxyResult
-        .holds_at``: notBefore <= t <= notAfter), before ``recheck``: a decision made at ``now`` stands for any
-        time in it."""
-        since, until = -(2**63), self.recheck - 1
-        for start, end in self.windows:
-            if now < start:
-                until = min(until, start - 1)
-            elif now <= end:
-                since, until = max(since, start), min(until, end)
-            else:
-                since = max(since, end + 1)
-        return since, until
 
 
 def chain_key(extensions: Scope, chain: Sequence[str]) -> bytes:
@@ -103,38 +44,9 @@ def chain_key(extensions: Scope, chain: Sequence[str]) -> bytes:
     return key
 
 
-def _window(result: FrontProxyResult) -> tuple[int, int]:
-    if result.valid_from is None or result.valid_until is None:
-        return (1, 0)
-    return (microseconds(result.valid_from), microseconds(result.valid_until))
-
-
-@dataclass(frozen=True)
-class Checks:
-    """A connection's certificate checked against each trust, and when that may change with time alone."""
-
-    identity: FrontProxyResult = NO_CERTIFICATE
-    reader: FrontProxyResult = NO_CERTIFICATE
-    recheck: int = 2**63
-
-
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_MICROSECOND = dt.timedelta(microseconds=1)
-
-
-def microseconds(moment: dt.datetime) -> int:
-    """An aware datetime as whole microseconds since the epoch (exact, unlike a float timestamp)."""
-    return (moment - EPOCH) // _MICROSECOND
-
-
 def now_us() -> int:
     """The current time in microseconds since the epoch, the resolution of datetime."""
     return time.time_ns() // 1000
-
-
-def at(us: int) -> dt.datetime:
-    """Microseconds since the epoch as an aware datetime (the inverse of ``microseconds``)."""
-    return EPOCH + us * _MICROSECOND
 
 
 def spellings(name: bytes) -> frozenset[bytes]:
@@ -158,80 +70,6 @@ def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, by
     return kept, len(headers) - len(kept)
 
 
-MAX_CHAIN_CERTS = 8  # a front proxy presents a leaf and a few intermediates; longer chains are refused unverified
-_NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
-
-
-@dataclass(frozen=True)
-class _Cached:
-    result: FrontProxyResult
-    recheck_at: dt.datetime  # the first moment a certificate of the chain changes validity; verify again then
-
-
-class ChainCache:
-    """Front-proxy results keyed by a digest of the presented chain, so a chain is verified at most once per
-    connection however many requests it carries. Bound to one verifier: new CAs mean a new cache.
-
-    Bounded whatever clients present: at most ``_CACHE_SIZE`` entries of a 32-byte key and a small result
-    (the chain itself is never kept), and a chain of more than ``MAX_CHAIN_CERTS`` certificates is refused
-    without being parsed or verified. A result is reused only until the earliest future notBefore of the
-    presented certificates: a certificate seen before it became valid is verified again once it is."""
-
-    def __init__(self, verifier: FrontProxyVerifier) -> None:
-        self.verifier = verifier
-        self._results: dict[bytes, _Cached] = {}
-
-    @staticmethod
-    def key(chain: tuple[str, ...]) -> bytes:
-        digest = hashlib.sha256()
-        for pem in chain:
-            digest.update(pem.encode("latin-1", "replace"))
-            digest.update(b"\0")
-        return digest.digest()
-
-    def _verify(self, chain: tuple[str, ...], now: dt.datetime) -> _Cached:
-        if len(chain) > MAX_CHAIN_CERTS:
-            return _Cached(FrontProxyResult(False, Reason.UNTRUSTED_CA), _NEVER)
-        try:
-            ders = [ssl.PEM_cert_to_DER_cert(pem) for pem in chain]
-        except ValueError:
-            return _Cached(FrontProxyResult(False, Reason.UNTRUSTED_CA), _NEVER)
-        # DER straight to the verifier: it reads certificates as Go does, whatever cryptography thinks.
-        result = self.verifier.verify_der(ders, now)
-        return _Cached(result, _next_not_before(ders, now))
-
-    def lookup(self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None) -> FrontProxyResult:
-        """The result for ``chain``; ``key`` is ``key(chain)`` when the caller has it already."""
-        return self.lookup_until(chain, now, key)[0]
-
-    def lookup_until(
-        self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None
-    ) -> tuple[FrontProxyResult, dt.datetime]:
-        """The result for ``chain`` and the moment it must be looked up again (time alone may change it)."""
-        key = key if key is not None else self.key(chain)
-        cached = self._results.get(key)
-        if cached is None or now >= cached.recheck_at:
-            cached = self._verify(chain, now)
-            self._results.pop(key, None)
-            if len(self._results) >= _CACHE_SIZE:
-                self._results.pop(next(iter(self._results)))
-            self._results[key] = cached
-        return cached.result, cached.recheck_at
-
-
-def _next_not_before(ders: list[bytes], now: dt.datetime) -> dt.datetime:
-    """When a result may change with time alone: the earliest notBefore still to come among the certificates."""
-    upcoming = []
-    for der in ders:
-        try:
-            not_before = parse_certificate(der).not_before
-        except ValueError:
-            continue
-        if not_before > now:
-            upcoming.append(not_before)
-    return min(upcoming, default=_NEVER)
-
-
 @dataclass(frozen=True)
 class Authority:
     """The policy and the front-proxy trust in force; replaced whole when credentials are reloaded."""
@@ -241,9 +79,7 @@ class Authority:
     readers: ChainCache | None = None  # the load-reader trust (option 2b): reports only, never an identity
 
     @classmethod
-    def build(
-        cls, policy: Policy, verifier: FrontProxyVerifier | None, reader: FrontProxyVerifier | None = None
-    ) -> Authority:
+    def build(cls, policy: Policy, verifier: ChainVerifier | None, reader: ChainVerifier | None = None) -> Authority:
         return cls(
             policy,
             ChainCache(verifier) if verifier is not None else None,
@@ -255,8 +91,8 @@ class Authority:
         """The trust the credential files grant: the one builder for start-up and every reload."""
         policy = Policy(modes, SecretSet(material.secrets) if material.secrets else None)
         cas, readers = material.requestheader_cas, material.reader_cas
-        verifier = FrontProxyVerifier(cas, material.allowed_names) if cas else None
-        reader = FrontProxyVerifier(readers, material.reader_names) if readers else None
+        verifier = ChainVerifier(cas, material.allowed_names) if cas else None
+        reader = ChainVerifier(readers, material.reader_names) if readers else None
         return cls.build(policy, verifier, reader)
 
 
@@ -308,7 +144,7 @@ class LoadReportMiddleware:
             return memo.decision
         if memo.authority is not authority or now >= memo.recheck:
             memo.remember(authority, self.identify(extensions, authority, now or now_us()))
-            now = memo.clock()
+            now = now_us() if memo.timed else 0  # only a check that holds (or may start to) reads the clock
         decision = authority.policy.decide(optin_values, memo.identity, at(now or now_us()), memo.reader)
         if len(optin_values) == 1:
             memo.optin, memo.decision = optin_values[0], decision
@@ -326,7 +162,7 @@ class LoadReportMiddleware:
         key = chain_key(extensions, chain)
         when = at(now)
         identity = reader = NO_CERTIFICATE
-        recheck = _NEVER
+        recheck = NEVER
         for cache in (authority.chains, authority.readers):
             if cache is None:
                 continue
@@ -336,7 +172,7 @@ class LoadReportMiddleware:
                 identity = result
             else:
                 reader = result
-        return Checks(identity, reader, microseconds(recheck) if recheck < _NEVER else 2**63)
+        return Checks(identity, reader, microseconds(recheck) if recheck < NEVER else 2**63)
 
     def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
         """In once-per-sample mode, whether this connection has not had this sample yet (and now has)."""

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from secure_orca import pki
-from secure_orca.authz.frontproxy import FrontProxyVerifier
+from secure_orca.authz.memo import ConnectionMemo, microseconds
 from secure_orca.authz.policy import Policy
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.server import middleware as middleware_module
-from secure_orca.server.middleware import Authority, ConnectionMemo, microseconds
+from secure_orca.server.middleware import Authority
+from secure_orca.x509.chainverifier import ChainVerifier
 from tests.test_middleware import FP_CA, FP_PEM, OPT_IN, SECRET, call, make, orca
 
 OPTIN_NAME = OPT_IN[0]
@@ -50,7 +51,7 @@ def test_reloaded_front_proxy_trust_applies_to_open_connections() -> None:
     assert len(orca(call(middleware, [OPT_IN], [FP_PEM], memo))) == 1
     other_ca = pki.make_ca("another-front-proxy-ca")
     policy = middleware.authority.policy
-    middleware.authority = Authority.build(policy, FrontProxyVerifier([other_ca.cert], ["front-proxy-client"]))
+    middleware.authority = Authority.build(policy, ChainVerifier([other_ca.cert], ["front-proxy-client"]))
     assert orca(call(middleware, [OPT_IN], [FP_PEM], memo)) == []
     assert decisions == ["front-proxy", "untrusted-ca"]
 

@@ -18,8 +18,8 @@ import httpx
 import pytest
 import trustme
 
-from secure_orca.authz import der
 from secure_orca.lab import replicas as launch
+from secure_orca.x509 import der
 from tests import x509corpus as shapes
 
 OPT_IN = ("endpoint-load-metrics-request", "TEXT")

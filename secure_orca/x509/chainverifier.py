@@ -1,15 +1,13 @@
-"""Who may read a load report: the three options of KEP-6315 as one policy (pure: time is passed in).
+"""One trust as kube-apiserver's x509 authenticator checks it (pure: time is passed in). Used for three trusts:
+the front proxy (``--requestheader-client-ca-file`` and allowed names), client-CA users (``--client-ca-file``)
+and load readers (``--endpoint-load-metrics-client-ca-file``).
 
-- ``front-proxy``: the client certificate verifies against the requestheader CA only, exactly as kube-apiserver's
-  ``pkg/authentication/request/x509`` does with Go's ``crypto/x509`` (see :mod:`secure_orca.authz.kubex509`:
-  intermediates from the client, ExtKeyUsage clientAuth on every certificate that lists usages, validity of every
-  certificate at the current time), and its Subject CN (Go's: the last CN attribute) is an allowed name (empty
-  list: any certificate from that CA). SANs are never consulted.
-- ``shared-secret``: the opt-in carries ``secret=`` equal to one of the configured secrets (constant time).
-- ``header-only``: the opt-in alone suffices (the KEP's option 1).
-
-Reasons are short codes, safe to log and count; no decision ever carries a secret. Any certificate, however
-malformed, gives a refusal, never an exception.
+The client certificate verifies against the CA bundle only, exactly as ``k8s.io/apiserver/pkg/authentication/
+request/x509`` does with Go's ``crypto/x509`` (see :mod:`secure_orca.x509.verify`: intermediates from the
+client, ExtKeyUsage clientAuth on every certificate that lists usages, validity of every certificate at the
+current time), and its Subject CN (Go's: the last CN attribute) is an allowed name (empty list: any certificate
+from that CA). SANs are never consulted. Any certificate, however malformed, gives a refusal, never an exception;
+refusals are :class:`Failure` codes, which ``authz`` maps to its reasons.
 """
 
 from __future__ import annotations
@@ -17,24 +15,36 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from secure_orca.authz.kubex509 import Pool, parse_certificate
-from secure_orca.authz.kubex509 import verify as verify_chain
-from secure_orca.authz.reasons import Reason
+from secure_orca.x509.parse import parse_certificate
+from secure_orca.x509.verify import Pool
+from secure_orca.x509.verify import verify as verify_chain
 
-_FAILURES = {"expired": Reason.EXPIRED, "eku": Reason.EKU, "untrusted": Reason.UNTRUSTED_CA}
+
+class Failure(StrEnum):
+    """Why a presented chain does not hold for a trust (values are stable: logged and counted)."""
+
+    NO_CERTIFICATE = "no-certificate"
+    UNTRUSTED = "untrusted-ca"
+    EKU = "eku"
+    EXPIRED = "expired"
+    NAME_NOT_ALLOWED = "name-not-allowed"
+
+
+_FAILURES = {"expired": Failure.EXPIRED, "eku": Failure.EKU, "untrusted": Failure.UNTRUSTED}
 
 
 @dataclass(frozen=True)
-class FrontProxyResult:
+class ChainResult:
     """The outcome of verifying one connection's certificate chain; ``valid_until`` bounds its reuse."""
 
     ok: bool
-    reason: Reason
+    failure: Failure | None = None  # None exactly when ok
     valid_from: dt.datetime | None = None
     valid_until: dt.datetime | None = None
 
@@ -44,9 +54,8 @@ class FrontProxyResult:
         return self.valid_from <= now <= self.valid_until
 
 
-NO_CERTIFICATE = FrontProxyResult(False, Reason.NO_CERTIFICATE)
-
-
+NO_CERTIFICATE = ChainResult(False, Failure.NO_CERTIFICATE)
+UNTRUSTED = ChainResult(False, Failure.UNTRUSTED)
 
 
 def common_name(cert: x509.Certificate) -> str | None:
@@ -58,24 +67,24 @@ def common_name(cert: x509.Certificate) -> str | None:
         return None
 
 
-class FrontProxyVerifier:
-    """Verify client chains against the requestheader CA roots and the allowed names, as kube-apiserver does."""
+class ChainVerifier:
+    """Verify client chains against one CA bundle (the roots) and its allowed names, as kube-apiserver does."""
 
     def __init__(self, roots: Sequence[x509.Certificate], allowed_names: Sequence[str] = ()) -> None:
         if not roots:
-            raise ValueError("the requestheader CA bundle holds no certificate")
+            raise ValueError("the CA bundle holds no certificate")
         try:
             self._roots = Pool([parse_certificate(c.public_bytes(Encoding.DER)) for c in roots])
         except ValueError:
-            raise ValueError("the requestheader CA bundle holds a certificate Go cannot parse") from None
+            raise ValueError("the CA bundle holds a certificate Go cannot parse") from None
         self.allowed_names = frozenset(allowed_names)
         self.verifications = 0  # how often a chain was verified (once per connection, not per request)
 
-    def verify(self, chain: Sequence[x509.Certificate], now: dt.datetime) -> FrontProxyResult:
+    def verify(self, chain: Sequence[x509.Certificate], now: dt.datetime) -> ChainResult:
         """``chain`` is what the client presented, leaf first."""
         return self.verify_der([cert.public_bytes(Encoding.DER) for cert in chain], now)
 
-    def verify_der(self, chain: Sequence[bytes], now: dt.datetime) -> FrontProxyResult:
+    def verify_der(self, chain: Sequence[bytes], now: dt.datetime) -> ChainResult:
         """``chain`` is the DER the client presented, leaf first. Every certificate must parse as Go's TLS stack
         parses it, or the handshake (and so the request) would not have reached kube-apiserver."""
         self.verifications += 1
@@ -84,17 +93,17 @@ class FrontProxyVerifier:
         try:
             presented = [parse_certificate(der) for der in chain]
         except ValueError:
-            return FrontProxyResult(False, Reason.UNTRUSTED_CA)
+            return UNTRUSTED
         outcome = verify_chain(presented[0], presented[1:], self._roots, now)
         if not outcome.chains:
-            return FrontProxyResult(False, _FAILURES[outcome.failure])
+            return ChainResult(False, _FAILURES[outcome.failure])
         if self.allowed_names and presented[0].common_name not in self.allowed_names:
-            return FrontProxyResult(False, Reason.NAME_NOT_ALLOWED)
+            return ChainResult(False, Failure.NAME_NOT_ALLOWED)
         # The grant holds while every certificate of one verified chain is valid.
         verified = outcome.chains[0]
         valid_from = max(cert.not_before for cert in verified)
         valid_until = min(cert.not_after for cert in verified)
-        return FrontProxyResult(True, Reason.FRONT_PROXY, valid_from, valid_until)
+        return ChainResult(True, None, valid_from, valid_until)
 
 
 def shares_ca(client_cas: Sequence[x509.Certificate], requestheader_cas: Sequence[x509.Certificate]) -> bool:

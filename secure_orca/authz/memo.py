@@ -1,0 +1,91 @@
+"""A connection's memory of its certificate checks and its last load-report decision (pure: time is passed in,
+as microseconds since the epoch)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from secure_orca.authz.policy import DECISIONS
+from secure_orca.authz.reasons import Reason
+from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult
+
+FOREVER = 2**63  # microseconds: a recheck that never comes
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def microseconds(moment: dt.datetime) -> int:
+    """An aware datetime as whole microseconds since the epoch (exact, unlike a float timestamp)."""
+    return (moment - EPOCH) // _MICROSECOND
+
+
+def at(us: int) -> dt.datetime:
+    """Microseconds since the epoch as an aware datetime (the inverse of ``microseconds``)."""
+    return EPOCH + us * _MICROSECOND
+
+
+@dataclass(frozen=True)
+class Checks:
+    """A connection's certificate checked against each trust, and when that may change with time alone."""
+
+    identity: ChainResult = NO_CERTIFICATE
+    reader: ChainResult = NO_CERTIFICATE
+    recheck: int = FOREVER
+
+
+def _window(result: ChainResult) -> tuple[int, int]:
+    if result.valid_from is None or result.valid_until is None:
+        return (1, 0)
+    return (microseconds(result.valid_from), microseconds(result.valid_until))
+
+
+class ConnectionMemo:
+    """Per-connection memory (the server puts one in every request scope of a connection).
+
+    ``last``: the report tuple last attached on it, so ``once-per-sample`` can skip repeats that HPACK would
+    still pay for. ``chain_key``: the digest of its client chain, hashed once per connection. The other fields
+    remember the last opt-in decision, so a load balancer's connection pays for its chain lookups, opt-in parse
+    and secret hash once, not on every request: the decision is reused only under the same authority (a
+    credential reload replaces it), for the same single opt-in value (compared in constant time), while whether
+    each certificate check holds at the current time is what it was, and never past ``recheck`` (the next
+    notBefore among the presented certificates, when a refusal may turn into a grant).
+    """
+
+    __slots__ = ("authority", "chain_key", "decision", "identity", "last", "optin", "reader", "recheck", "since",
+                 "timed", "until", "windows")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.last: tuple[bytes, bytes] | None = None
+        self.chain_key: bytes | None = None  # ChainCache.key of the connection's client chain, computed once
+        self.authority: object | None = None  # the policy and trusts under which the fields below were computed
+        self.identity: ChainResult = NO_CERTIFICATE  # front-proxy check
+        self.reader: ChainResult = NO_CERTIFICATE  # load-reader check (option 2b)
+        self.windows: tuple[tuple[int, int], ...] = ()  # microsecond windows in which each check holds
+        self.recheck = FOREVER  # microseconds since the epoch: identify again from then on
+        self.timed = False  # whether a decision depends on the clock (a window or a recheck exists)
+        self.optin = b""  # the single opt-in value ``decision`` was made for (reused only within since..until)
+        self.since, self.until = 0, -1  # microseconds in which every check holds as it did for ``decision``
+        self.decision = DECISIONS[Reason.NO_OPT_IN]
+
+    def remember(self, authority: object, checks: Checks) -> None:
+        """The connection's certificate checks under ``authority`` (forgets the last decision)."""
+        self.authority, self.identity, self.reader = authority, checks.identity, checks.reader
+        self.optin, self.since, self.until = b"", 0, -1  # no decision yet: nothing to reuse
+        self.recheck = checks.recheck
+        self.windows = tuple(_window(r) for r in (checks.identity, checks.reader) if r.ok)
+        self.timed = bool(self.windows) or self.recheck < FOREVER
+
+    def steady(self, now: int) -> tuple[int, int]:
+        """The microseconds around ``now`` in which each check holds exactly as at ``now`` (``ChainResult
+        .holds_at``: notBefore <= t <= notAfter), before ``recheck``: a decision made at ``now`` stands for any
+        time in it."""
+        since, until = -(2**63), self.recheck - 1
+        for start, end in self.windows:
+            if now < start:
+                until = min(until, start - 1)
+            elif now <= end:
+                since, until = max(since, start), min(until, end)
+            else:
+                since = max(since, end + 1)
+        return since, until

@@ -1,0 +1,95 @@
+"""One trust's verification results, per presented chain (pure: time is passed in)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+from dataclasses import dataclass
+
+from secure_orca.x509.chainverifier import UNTRUSTED, ChainResult, ChainVerifier
+from secure_orca.x509.parse import parse_certificate
+
+CACHE_SIZE = 4096
+MAX_CHAIN_CERTS = 8  # a front proxy presents a leaf and a few intermediates; longer chains are refused unverified
+NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+_HEADER, _FOOTER = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+
+
+def pem_to_der(pem: str) -> bytes:
+    """One certificate as ``ssl.getpeercert``'s chain gives it, to DER (``ssl.PEM_cert_to_DER_cert``'s rules);
+    ValueError where it is not one PEM certificate."""
+    text = pem.strip()
+    if not pem.startswith(_HEADER) or not text.endswith(_FOOTER):
+        raise ValueError("not a PEM certificate")
+    return base64.decodebytes(text[len(_HEADER) : -len(_FOOTER)].encode("ascii"))
+
+
+@dataclass(frozen=True)
+class _Cached:
+    result: ChainResult
+    recheck_at: dt.datetime  # the first moment a certificate of the chain changes validity; verify again then
+
+
+class ChainCache:
+    """Results keyed by a digest of the presented chain, so a chain is verified at most once per connection
+    however many requests it carries. Bound to one verifier: new CAs mean a new cache.
+
+    Bounded whatever clients present: at most ``CACHE_SIZE`` entries of a 32-byte key and a small result
+    (the chain itself is never kept), and a chain of more than ``MAX_CHAIN_CERTS`` certificates is refused
+    without being parsed or verified. A result is reused only until the earliest future notBefore of the
+    presented certificates: a certificate seen before it became valid is verified again once it is."""
+
+    def __init__(self, verifier: ChainVerifier) -> None:
+        self.verifier = verifier
+        self._results: dict[bytes, _Cached] = {}
+
+    @staticmethod
+    def key(chain: tuple[str, ...]) -> bytes:
+        digest = hashlib.sha256()
+        for pem in chain:
+            digest.update(pem.encode("latin-1", "replace"))
+            digest.update(b"\0")
+        return digest.digest()
+
+    def _verify(self, chain: tuple[str, ...], now: dt.datetime) -> _Cached:
+        if len(chain) > MAX_CHAIN_CERTS:
+            return _Cached(UNTRUSTED, NEVER)
+        try:
+            ders = [pem_to_der(pem) for pem in chain]
+        except ValueError:
+            return _Cached(UNTRUSTED, NEVER)
+        # DER straight to the verifier: it reads certificates as Go does, whatever cryptography thinks.
+        result = self.verifier.verify_der(ders, now)
+        return _Cached(result, _next_not_before(ders, now))
+
+    def lookup(self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None) -> ChainResult:
+        """The result for ``chain``; ``key`` is ``key(chain)`` when the caller has it already."""
+        return self.lookup_until(chain, now, key)[0]
+
+    def lookup_until(
+        self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None
+    ) -> tuple[ChainResult, dt.datetime]:
+        """The result for ``chain`` and the moment it must be looked up again (time alone may change it)."""
+        key = key if key is not None else self.key(chain)
+        cached = self._results.get(key)
+        if cached is None or now >= cached.recheck_at:
+            cached = self._verify(chain, now)
+            self._results.pop(key, None)
+            if len(self._results) >= CACHE_SIZE:
+                self._results.pop(next(iter(self._results)))
+            self._results[key] = cached
+        return cached.result, cached.recheck_at
+
+
+def _next_not_before(ders: list[bytes], now: dt.datetime) -> dt.datetime:
+    """When a result may change with time alone: the earliest notBefore still to come among the certificates."""
+    upcoming = []
+    for der in ders:
+        try:
+            not_before = parse_certificate(der).not_before
+        except ValueError:
+            continue
+        if not_before > now:
+            upcoming.append(not_before)
+    return min(upcoming, default=NEVER)

@@ -1,0 +1,232 @@
+"""Go's ``Certificate.Verify`` with kube-apiserver's options (``crypto/x509/verify.go``, Go 1.26.0), mirrored
+(pure: time is passed in): chain building, signature checks, validity, key usages and policies.
+
+kube-apiserver's x509 authenticator (``k8s.io/apiserver/pkg/authentication/request/x509``, commit
+24a394e516bfda066d7e2221d7d92c052de27c54, go.mod ``go 1.26.0``) calls ``Certificate.Verify`` with a CA bundle as
+roots, the rest of the presented chain as intermediates and ``ExtKeyUsageClientAuth``.
+
+Not mirrored (refused instead, listed in docs/x509-differential.md): certificate-policy processing when
+certificates below the root carry both certificatePolicies and policy constraints, mappings or inhibitAnyPolicy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+
+import secure_orca.x509.der as der
+from secure_orca.x509.constraints import constraints_hold
+from secure_orca.x509.der import Reader
+from secure_orca.x509.parse import (
+    EKU_ANY,
+    EKU_CLIENT_AUTH,
+    KEY_DSA,
+    KEY_EC,
+    KEY_ED25519,
+    KEY_RSA,
+    KEY_USAGE_CERT_SIGN,
+    KEY_X25519,
+    GoCertificate,
+)
+
+MAX_SIGNATURE_CHECKS = 100  # Go's maxChainSignatureChecks
+_KNOWN_KEYS = frozenset({KEY_RSA, KEY_EC, KEY_ED25519, KEY_X25519, KEY_DSA})
+_HASHES: dict[str, type[hashes.HashAlgorithm]] = {
+    "2.16.840.1.101.3.4.2.1": hashes.SHA256,
+    "2.16.840.1.101.3.4.2.2": hashes.SHA384,
+    "2.16.840.1.101.3.4.2.3": hashes.SHA512,
+}
+# signature OID -> (key algorithm, hash); SHA-1 and MD5 are known to Go and refused for certificates.
+_SIGNATURES: dict[str, tuple[str, type[hashes.HashAlgorithm] | None]] = {
+    "1.2.840.113549.1.1.11": (KEY_RSA, hashes.SHA256),
+    "1.2.840.113549.1.1.12": (KEY_RSA, hashes.SHA384),
+    "1.2.840.113549.1.1.13": (KEY_RSA, hashes.SHA512),
+    "1.2.840.10045.4.3.2": (KEY_EC, hashes.SHA256),
+    "1.2.840.10045.4.3.3": (KEY_EC, hashes.SHA384),
+    "1.2.840.10045.4.3.4": (KEY_EC, hashes.SHA512),
+    "1.3.101.112": (KEY_ED25519, None),
+}
+_RSA_PSS = "1.2.840.113549.1.1.10"
+
+
+# --- verification (Go's Certificate.Verify with kube's options) ----------------------------------------------
+
+
+class Pool:
+    """Go's CertPool: certificates by raw subject, duplicates (same DER) dropped, insertion order kept."""
+
+    def __init__(self, certificates: Sequence[GoCertificate] = ()) -> None:
+        self.certificates: list[GoCertificate] = []
+        for cert in certificates:
+            if not self.contains(cert):
+                self.certificates.append(cert)
+
+    def contains(self, cert: GoCertificate) -> bool:
+        return any(c.raw == cert.raw for c in self.certificates)
+
+    def potential_parents(self, child: GoCertificate) -> list[GoCertificate]:
+        """Same-name candidates, matching key identifiers first, then one-sided, then mismatched."""
+        ranked: tuple[list[GoCertificate], list[GoCertificate], list[GoCertificate]] = ([], [], [])
+        for cert in self.certificates:
+            if cert.raw_subject != child.raw_issuer:
+                continue
+            skid, akid = cert.ext.subject_key_id, child.ext.authority_key_id
+            rank = 0 if skid == akid else 1 if bool(skid) != bool(akid) else 2
+            ranked[rank].append(cert)
+        return [*ranked[0], *ranked[1], *ranked[2]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What Verify returned: the chains found, or why there are none (``expired``, ``eku``, ``untrusted``)."""
+
+    chains: tuple[tuple[GoCertificate, ...], ...] = ()
+    failure: str = ""
+
+
+def _valid_at(cert: GoCertificate, now: dt.datetime) -> bool:
+    return cert.not_before <= now <= cert.not_after
+
+
+def check_signature(child: GoCertificate, parent: GoCertificate) -> bool:
+    """Go's CheckSignatureFrom (SHA-1 and MD5 refused, RSA keys below 1024 bits refused)."""
+    ext = parent.ext
+    if (parent.version == 3 and not ext.basic_constraints_valid) or (ext.basic_constraints_valid and not ext.is_ca):
+        return False
+    if ext.key_usage and not ext.key_usage & KEY_USAGE_CERT_SIGN:
+        return False
+    if parent.key_oid not in _KNOWN_KEYS:
+        return False
+    try:
+        key = serialization.load_der_public_key(parent.raw_spki)
+        if child.signature_oid == _RSA_PSS:
+            hash_type = _pss_hash(child.signature_params)
+            if not isinstance(key, rsa.RSAPublicKey) or key.key_size < 1024:
+                return False
+            algorithm = hash_type()
+            pss = padding.PSS(mgf=padding.MGF1(algorithm), salt_length=algorithm.digest_size)
+            key.verify(child.signature, child.tbs, pss, algorithm)
+            return True
+        key_oid, hash_class = _SIGNATURES[child.signature_oid]
+        if key_oid == KEY_RSA and isinstance(key, rsa.RSAPublicKey) and hash_class and key.key_size >= 1024:
+            key.verify(child.signature, child.tbs, padding.PKCS1v15(), hash_class())
+        elif key_oid == KEY_EC and isinstance(key, ec.EllipticCurvePublicKey) and hash_class:
+            key.verify(child.signature, child.tbs, ec.ECDSA(hash_class()))
+        elif key_oid == KEY_ED25519 and isinstance(key, ed25519.Ed25519PublicKey):
+            key.verify(child.signature, child.tbs)
+        else:
+            return False
+    except (KeyError, ValueError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True
+
+
+def _pss_hash(params: bytes) -> type[hashes.HashAlgorithm]:
+    """The hash of RSASSA-PSS parameters Go accepts: MGF1 with the same hash, salt = hash size, trailer 1."""
+    body = Reader(params).sub(der.SEQUENCE)
+    hash_oid = body.sub(der.context(0, True)).sub(der.SEQUENCE).oid()
+    mgf = body.sub(der.context(1, True)).sub(der.SEQUENCE)
+    if mgf.oid() != "1.2.840.113549.1.1.8" or mgf.sub(der.SEQUENCE).oid() != hash_oid:
+        raise ValueError("PSS mask generation")
+    hash_class = _HASHES[hash_oid]
+    if body.sub(der.context(2, True)).integer() != hash_class().digest_size:
+        raise ValueError("PSS salt length")
+    if not body.empty() and body.sub(der.context(3, True)).integer() != 1:
+        raise ValueError("PSS trailer")
+    return hash_class
+
+
+def _already_in_chain(candidate: GoCertificate, chain: Sequence[GoCertificate]) -> bool:
+    return any(
+        c.raw_subject == candidate.raw_subject and c.raw_spki == candidate.raw_spki and c.ext.san == candidate.ext.san
+        for c in chain
+    )
+
+
+def _ca_valid(cert: GoCertificate, intermediate: bool, chain: Sequence[GoCertificate], now: dt.datetime) -> bool:
+    """Go's isValid for a candidate parent."""
+    ext = cert.ext
+    if ext.unhandled_critical or not _valid_at(cert, now):
+        return False
+    if intermediate and not (ext.basic_constraints_valid and ext.is_ca):
+        return False
+    return not (ext.basic_constraints_valid and ext.max_path_len >= 0 and len(chain) - 1 > ext.max_path_len)
+
+
+def _build(
+    chain: tuple[GoCertificate, ...], roots: Pool, intermediates: Pool, now: dt.datetime, checks: list[int]
+) -> list[tuple[GoCertificate, ...]]:
+    found: list[tuple[GoCertificate, ...]] = []
+    child = chain[-1]
+    candidates = [(c, False) for c in roots.potential_parents(child)]
+    candidates += [(c, True) for c in intermediates.potential_parents(child)]
+    for candidate, intermediate in candidates:
+        if candidate.key_oid not in _KNOWN_KEYS or _already_in_chain(candidate, chain):
+            continue
+        checks[0] += 1
+        if checks[0] > MAX_SIGNATURE_CHECKS:
+            continue
+        if not check_signature(child, candidate) or not _ca_valid(candidate, intermediate, chain, now):
+            continue
+        if intermediate:
+            found += _build((*chain, candidate), roots, intermediates, now, checks)
+        else:
+            found.append((*chain, candidate))
+    return found
+
+
+def _eku_allows_client(chain: Sequence[GoCertificate]) -> bool:
+    """Go's checkChainForKeyUsage for [ClientAuth]: every certificate with an EKU list must allow it (or any)."""
+    return all(
+        not c.ext.ext_key_usages or EKU_ANY in c.ext.ext_key_usages or EKU_CLIENT_AUTH in c.ext.ext_key_usages
+        for c in chain
+    )
+
+
+def _policies_valid(chain: Sequence[GoCertificate]) -> bool:
+    """Go's policiesValid (RFC 5280 6.1 as updated by RFC 9618) with no user policy set. Mirrored exactly where no
+    certificate below the root carries certificatePolicies (the valid-policy graph is then empty, and only the
+    explicit-policy counter decides) or none carries policy constraints, mappings or inhibitAnyPolicy (nothing
+    can then fail). The rest, policies together with those constraints, is refused: not mirrored."""
+    below = chain[:-1]
+    if not any(c.ext.policy_processing for c in below):
+        return True
+    if any(c.ext.has_policies for c in below):
+        return False
+    explicit = len(chain)  # n + 1, n = certificates below the trust anchor
+    for index in range(len(below) - 1, -1, -1):
+        cert = chain[index]
+        if explicit == 0:
+            return False
+        if index:
+            if cert.raw_issuer != cert.raw_subject and explicit:
+                explicit -= 1
+            required = cert.ext.require_explicit_policy
+            if required is not None and required < explicit:
+                explicit = required
+    explicit = max(explicit - 1, 0)
+    if chain[0].ext.require_explicit_policy == 0:
+        explicit = 0
+    return explicit != 0
+
+
+def verify(leaf: GoCertificate, intermediates: Sequence[GoCertificate], roots: Pool, now: dt.datetime) -> Outcome:
+    """Go's ``leaf.Verify`` with ``Roots=roots``, ``Intermediates`` the rest of the chain, ``KeyUsages=[ClientAuth]``
+    and ``CurrentTime=now``."""
+    if leaf.ext.unhandled_critical:
+        return Outcome(failure="untrusted")
+    if not _valid_at(leaf, now):
+        return Outcome(failure="expired")
+    candidates = [(leaf,)] if roots.contains(leaf) else _build((leaf,), roots, Pool(intermediates), now, [0])
+    if not candidates:
+        return Outcome(failure="untrusted")
+    usable = [c for c in candidates if _policies_valid(c) and _eku_allows_client(c) and constraints_hold(c)]
+    if usable:
+        return Outcome(tuple(usable))
+    eku_only = any(_policies_valid(c) and not _eku_allows_client(c) for c in candidates)
+    return Outcome(failure="eku" if eku_only else "untrusted")
