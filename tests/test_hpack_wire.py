@@ -26,7 +26,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.cli import main
-from secure_orca.cli.hpack import status_warning
+from secure_orca.cli.hpack.measure import status_warning
 from secure_orca.hpackcost.wire import Credentials, HeaderCapture, WireError, model_interval, parse_target
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN as OPT_IN
