@@ -92,9 +92,9 @@ def main() -> int:
         return 0
     from secure_orca.lab import instrcount
 
-    from .instructions import build_marks, dumps_by_label, valgrind_available
+    from .instructions import build_marks, dumps_by_label
 
-    missing = valgrind_available()
+    missing = instrcount.valgrind_available(marks=True)
     if missing:
         print(f"cannot count instructions: {missing}", file=sys.stderr)
         return 2

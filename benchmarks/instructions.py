@@ -153,16 +153,6 @@ def meets(target: float | None, on: Counted, off: Counted) -> bool:
 # ---- valgrind plumbing ------------------------------------------------------------------------------------
 
 
-def valgrind_available() -> str | None:
-    """Why instruction counts cannot be taken here (the in-process marks also need callgrind.h and cc)."""
-    reason = instrcount.valgrind_available()
-    if reason is None and not Path("/usr/include/valgrind/callgrind.h").exists():
-        reason = "valgrind/callgrind.h not found (Debian package valgrind)"
-    if reason is None and shutil.which("cc") is None and shutil.which("gcc") is None:
-        reason = "no C compiler for the callgrind client-request marks"
-    return reason
-
-
 def build_marks(directory: Path | None = None) -> Path:
     directory = directory or Path(tempfile.gettempdir()) / "secure-orca-instr"
     target = directory / "instr_marks.so"
@@ -437,7 +427,7 @@ SECTIONS = ("inprocess", "server")
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
-    reason = valgrind_available()
+    reason = instrcount.valgrind_available(marks=True)
     if reason is not None:
         raise BenchError(f"cannot count instructions: {reason}")
     workdir: Path = args.output

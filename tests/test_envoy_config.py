@@ -15,7 +15,7 @@ import pytest
 from secure_orca import cli, pki
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.envoy import files
-from secure_orca.envoy import launcher as lb
+from secure_orca.lab import launcher as lb
 from secure_orca.orca.headers import OPTIN
 
 UPSTREAMS = (envoy.Upstream("127.0.0.1", 7001), envoy.Upstream("::1", 7002))

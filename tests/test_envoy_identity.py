@@ -20,7 +20,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from secure_orca import pki
-from secure_orca.envoy import launcher as lb
+from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 
 from .conftest import load_issued

@@ -24,7 +24,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.envoy import files
-from secure_orca.envoy import launcher as lb
+from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import report
 from secure_orca.orca.headers import OPTIN

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from secure_orca.envoy import launcher as lb
 from secure_orca.lab import instrcount
+from secure_orca.lab import launcher as lb
 from secure_orca.lab.evaluate import OPTIONS, request_hpack
 
 # What else each load balancer credential grants, read back from selfsubjectreviews by the probe.

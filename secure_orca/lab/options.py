@@ -1,0 +1,47 @@
+"""KEP-6315's options as the evaluation names them: the value of ``--endpoint-load-metrics-auth``, the title
+in the matrix, and what each asks of the operator (pure data)."""
+
+from __future__ import annotations
+
+OPTIONS = ("header-only", "front-proxy", "load-reader", "shared-secret", "front-proxy,shared-secret")
+TITLES = {
+    "header-only": "1. header only",
+    "front-proxy": "2. front-proxy client certificate",
+    "load-reader": "2b. load-reader client certificate",
+    "shared-secret": "3. shared secret",
+    "front-proxy,shared-secret": "2 or 3 (either grants)",
+}
+BURDEN = {
+    "header-only": {
+        "server": "feature gate + --enable-endpoint-load-metrics",
+        "load balancer": "set the opt-in header; strip ORCA headers",
+        "rotate": "nothing",
+        "if misconfigured": "any client that reaches a replica directly reads its load",
+    },
+    "front-proxy": {
+        "server": "--requestheader-client-ca-file, --requestheader-allowed-names (kube-apiserver already has both)",
+        "load balancer": "present the front-proxy client certificate upstream; set the opt-in; strip ORCA headers",
+        "rotate": "front-proxy certificate (kubeadm: yearly) and CA, with overlap; reloaded live",
+        "if misconfigured": "no reports (refusal counted by reason); never a leak",
+    },
+    "load-reader": {
+        "server": "--endpoint-load-metrics-client-ca-file, --endpoint-load-metrics-allowed-names (a CA and a "
+        "certificate kube-apiserver does not have today)",
+        "load balancer": "present the load-reader certificate upstream; set the opt-in; strip ORCA and identity "
+        "headers; pass tokens on (it asserts no identity, so it fronts token users only)",
+        "rotate": "load-reader certificate and CA, with overlap; reloaded live",
+        "if misconfigured": "no reports (refusal counted by reason); never a leak, never an identity",
+    },
+    "shared-secret": {
+        "server": "--endpoint-load-metrics-secret-file (0600)",
+        "load balancer": "put the secret in the opt-in header (SDS file); strip ORCA headers",
+        "rotate": "the secret on both sides: add new, switch LB, remove old; reloaded live",
+        "if misconfigured": "no reports; a leaked secret grants reports to anyone until rotated",
+    },
+    "front-proxy,shared-secret": {
+        "server": "both of the above",
+        "load balancer": "either credential",
+        "rotate": "whichever is in use (both while migrating)",
+        "if misconfigured": "as the weaker of the two: a leaked secret grants",
+    },
+}
