@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -16,6 +18,12 @@ Headers = list[tuple[bytes, bytes]]
 
 
 NO_BODY_STATUSES = frozenset({204, 304})
+REQUEST_TIMEOUT = 60.0  # kube-apiserver's --request-timeout default (k8s.io/apiserver pkg/server/config.go)
+# Requests of one connection that may wait for their body at once. An HTTP/2 connection carries at most 100
+# streams (hypercorn's h2_max_concurrent_streams); a load balancer multiplexes its clients' uploads on a few
+# connections, but a body that keeps coming waits only between its DATA frames.
+MAX_PENDING_BODIES = 32
+log = logging.getLogger("secure_orca.server")
 
 
 async def respond(send: Send, status: int, body: bytes, headers: Headers) -> None:
@@ -35,18 +43,91 @@ async def respond_json(send: Send, status: int, payload: Any, headers: Headers |
     await respond(send, status, body, [(b"content-type", b"application/json"), *(headers or [])])
 
 
-async def read_body(receive: Receive, limit: int | None = None) -> bytes:
-    """The request body; with ``limit``, reading stops once more than ``limit`` bytes arrived (the caller
+async def read_body(receive: Receive, limit: int | None = None) -> bytes | None:
+    """The request body, or None when the client left (or its body was refused) before the end: a partial
+    body is never handed on. With ``limit``, reading stops once more than ``limit`` bytes arrived (the caller
     sees a body longer than the limit and refuses it)."""
     chunks = []
     size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            return None
         chunk = message.get("body", b"")
         chunks.append(chunk)
         size += len(chunk)
         if not message.get("more_body", False) or (limit is not None and size > limit):
-            break
-    return b"".join(chunks)
+            return b"".join(chunks)
+
+
+def _refusal(status: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": status}  # fmt: skip
+
+
+TIMED_OUT = _refusal(408, "Timeout", "the request body did not arrive within the request timeout")
+TOO_MANY_PENDING = _refusal(408, "TooManyPendingBodies", "too many request bodies pending on this connection")
+_DISCONNECT: Message = {"type": "http.disconnect"}
+
+
+class BodyDeadline:
+    """Every request body, on every route, must be complete within ``timeout`` of the request's start, as
+    kube-apiserver's ``--request-timeout`` bounds every non-long-running request (k8s.io/apiserver
+    pkg/server/filters/timeout.go, WithTimeoutForNonLongRunningRequests; kube answers its handler's overrun
+    with 504, a body that does not come gets 408 here). And at most ``max_pending`` requests of one
+    connection may wait for their body at once. Either refusal is a 408 Status (HTTP/1.1: ``Connection:
+    close``, the unread body must not be read as a request); the application then receives
+    ``http.disconnect``, as when a client leaves, and whatever it still sends goes nowhere. 408 is not an
+    error in the load report (only 429 and 5xx are): no client can raise ``eps`` by stalling."""
+
+    def __init__(self, app: ASGIApp, timeout: float = REQUEST_TIMEOUT, max_pending: int = MAX_PENDING_BODIES) -> None:
+        self.app = app
+        self.timeout = timeout
+        self.max_pending = max_pending
+        self.pending: dict[Any, int] = {}  # per connection (the client's address and port)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        connection = tuple(scope.get("client") or ())
+        state = {"complete": False, "refused": False, "started": False}
+
+        async def refuse(payload: dict[str, Any]) -> Message:
+            state["refused"] = True
+            if not state["started"]:
+                closing = [(b"connection", b"close")] if scope.get("http_version", "1.1") != "2" else []
+                await respond_json(send, 408, payload, closing)
+            return _DISCONNECT
+
+        async def bounded_receive() -> Message:
+            if state["refused"]:
+                return _DISCONNECT
+            if state["complete"]:
+                return await receive()  # after the body, only a disconnect can come: not bounded
+            if self.pending.get(connection, 0) >= self.max_pending:
+                log.info("request refused: %d request bodies already pending on its connection", self.max_pending)
+                return await refuse(TOO_MANY_PENDING)
+            self.pending[connection] = self.pending.get(connection, 0) + 1
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                return await refuse(TIMED_OUT)
+            finally:
+                self.pending[connection] -= 1
+                if not self.pending[connection]:
+                    del self.pending[connection]
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                state["complete"] = True
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if state["refused"]:
+                return
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            await send(message)
+
+        await self.app(scope, bounded_receive, guarded_send)

@@ -9,7 +9,7 @@ from typing import Any
 
 from secure_orca.server import demo
 from secure_orca.server.adapter import ServerOptions, make_server_context, serve
-from secure_orca.server.asgi import ASGIApp
+from secure_orca.server.asgi import ASGIApp, BodyDeadline
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
@@ -89,7 +89,7 @@ def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddlewa
         inner = proxy
     clients = ChainCache(config.client_verifier) if config.client_verifier is not None else None
     authenticated = AuthenticationMiddleware(
-        inner,
+        BodyDeadline(inner, config.request_timeout),  # every route's request body has a deadline
         config.authentication,
         lambda: middleware.authority.chains,
         clients,
