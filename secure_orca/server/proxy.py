@@ -11,7 +11,8 @@ non-ASCII). See ``steered_path``.
 
 Hop-by-hop headers are not forwarded in either direction; a request without a body goes upstream without
 one (no ``Transfer-Encoding``), and an upstream's ``Date`` and ``Server`` give way to the server's own, so a
-response carries one of each. Redirects are never followed (``follow_redirects=False``). As kube's
+response carries one of each. An upstream redirect is neither followed nor relayed: 502, as kube's aggregator
+answers it (``REDIRECT_REFUSED``); no upgrade is ever forwarded. As kube's
 aggregator does, the authenticated user goes upstream as ``X-Remote-User``/``-Uid``/``-Group``/``-Extra-*``
 (never what the client sent: the authentication layer removed that), presenting --proxy-client-cert-file
 when given.
@@ -48,8 +49,13 @@ HOP_BY_HOP = frozenset(
         b"transfer-encoding",
         b"upgrade",
         b"host",
+        b"http2-settings",  # connection-specific, whether or not Connection names it (RFC 9113 section 3.1)
     }
 )
+# kube's answer to an upstream redirect (k8s.io/apimachinery eed236ceee2c19c2753a3d93ac0631dc20750454,
+# pkg/util/proxy/upgradeaware.go, RejectForwardingRedirects, which the aggregator turns on by default since
+# CVE-2022-3172): a 3xx with a Location is replaced by a 502, never relayed and never followed.
+REDIRECT_REFUSED = "the backend attempted to redirect this request, which is not permitted"
 
 
 # RFC 3986 path characters: unreserved, sub-delims, ":", "@", "/" and well-formed percent-escapes.
@@ -239,6 +245,11 @@ class ProxyApp:
         except Exception as error:  # any failure to reach the upstream is one line and a 502, never a traceback
             log.warning("proxy %s: upstream unavailable: %s", route.prefix, type(error).__name__)
             await respond_json(send, 502, _status(502))
+            return
+        if 300 <= response.status_code <= 399 and response.headers.get("location"):
+            await response.aclose()
+            log.warning("proxy %s: upstream redirect refused", route.prefix)
+            await respond_json(send, 502, {**_status(502), "reason": "BadGateway", "message": REDIRECT_REFUSED})
             return
         try:
             headers = [(n, v) for n, v in forwardable(response.headers.raw) if n.lower() not in SERVER_ADDED]
