@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections import Counter
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.server.asgi import MAX_PENDING_BODIES, BodyDeadline, Message, Scope
 
-from ..conftest import fp_flags
+from ..conftest import ClientCert, fp_flags
 from .h2client import H2Client
 from .wire import connect, h1_status, tls_context
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+OPT_IN = "endpoint-load-metrics-request"
 EXTRA = 8  # streams beyond MAX_PENDING_BODIES on one connection
 
 
@@ -51,6 +54,32 @@ def test_posts_without_a_body_get_408_and_the_connection_still_serves(replica, d
         client.close()
     assert client.streams[health].status == 200
     assert reasons(client, posts) == {(408, "Timeout"): MAX_PENDING_BODIES, (408, "TooManyPendingBodies"): EXTRA}
+
+
+def in_flight(replica: launch.Replica, dev_pki: pki.DevPKI, front_proxy: ClientCert) -> int:
+    """``named_metrics.in_flight_requests`` of the report, read by the front proxy once every request it
+    waits on has ended: a few reports (each a new sample, one tick apart), until one shows 0, at most 50."""
+    context = ssl.create_default_context(cafile=str(dev_pki.cert("ca")))
+    context.load_cert_chain(front_proxy.cert, front_proxy.key)
+    value = -1
+    with httpx.Client(verify=context, http2=True, timeout=10) as http:
+        for _ in range(50):
+            report = http.get(replica.url + "/healthz", headers={OPT_IN: "TEXT"}).headers["endpoint-load-metrics"]
+            value = int(float(report.split("named_metrics.in_flight_requests=")[1].split(",")[0]))
+            if value == 0:
+                break
+    return value
+
+
+def test_the_report_counts_no_stalled_request_once_answered(replica, dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+    """Issue 21 "done when": after the stalled POSTs are answered, in_flight_requests is back to 0."""
+    client = H2Client.connect(replica, dev_pki.cert("ca"))
+    try:
+        posts = [client.start("POST", REVIEW) for _ in range(10)]
+        assert client.pump_until_ended(*posts)
+    finally:
+        client.close()
+    assert in_flight(replica, dev_pki, client_certs["front-proxy"]) == 0
 
 
 def test_an_http1_body_that_never_comes_gets_408(replica, dev_pki) -> None:  # type: ignore[no-untyped-def]
