@@ -71,14 +71,15 @@ _DISCONNECT: Message = {"type": "http.disconnect"}
 
 
 class BodyDeadline:
-    """Every request body, on every route, must be complete within ``timeout`` of the request's start, as
-    kube-apiserver's ``--request-timeout`` bounds every non-long-running request (k8s.io/apiserver
-    pkg/server/filters/timeout.go, WithTimeoutForNonLongRunningRequests; kube answers its handler's overrun
-    with 504, a body that does not come gets 408 here). And at most ``max_pending`` requests of one
-    connection may wait for their body at once. Either refusal is a 408 Status (HTTP/1.1: ``Connection:
-    close``, the unread body must not be read as a request); the application then receives
-    ``http.disconnect``, as when a client leaves, and whatever it still sends goes nowhere. 408 is not an
-    error in the load report (only 429 and 5xx are): no client can raise ``eps`` by stalling."""
+    """Every request body, on every route, must be complete within ``timeout`` of the application's first
+    read of it (at once, for every route here), as kube-apiserver's ``--request-timeout`` bounds every
+    non-long-running request (k8s.io/apiserver pkg/server/filters/timeout.go,
+    WithTimeoutForNonLongRunningRequests; kube answers its handler's overrun with 504, a body that does not
+    come gets 408 here). And at most ``max_pending`` requests of one connection may wait for their body at
+    once. Either refusal is a 408 Status (HTTP/1.1: ``Connection: close``, the unread body must not be read
+    as a request); the application then receives ``http.disconnect``, as when a client leaves, and whatever
+    it still sends goes nowhere. 408 is not an error in the load report (only 429 and 5xx are): no client can
+    raise ``eps`` by stalling."""
 
     def __init__(self, app: ASGIApp, timeout: float = REQUEST_TIMEOUT, max_pending: int = MAX_PENDING_BODIES) -> None:
         self.app = app
@@ -90,44 +91,59 @@ class BodyDeadline:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        connection = tuple(scope.get("client") or ())
-        state = {"complete": False, "refused": False, "started": False}
+        body = _Body(self, scope, receive, send)
+        await self.app(scope, body.receive, body.send)
 
-        async def refuse(payload: dict[str, Any]) -> Message:
-            state["refused"] = True
-            if not state["started"]:
-                closing = [(b"connection", b"close")] if scope.get("http_version", "1.1") != "2" else []
-                await respond_json(send, 408, payload, closing)
+
+class _Body:
+    """One request's side of BodyDeadline (slots and bound methods: a GET that never reads costs little)."""
+
+    __slots__ = ("complete", "deadline", "guard", "refused", "scope", "started", "upstream_receive", "upstream_send")
+
+    def __init__(self, guard: BodyDeadline, scope: Scope, receive: Receive, send: Send) -> None:
+        self.guard = guard
+        self.scope = scope
+        self.upstream_receive = receive
+        self.upstream_send = send
+        self.deadline: float | None = None
+        self.complete = self.refused = self.started = False
+
+    async def refuse(self, payload: dict[str, Any]) -> Message:
+        self.refused = True
+        if not self.started:
+            closing = [(b"connection", b"close")] if self.scope.get("http_version", "1.1") != "2" else []
+            await respond_json(self.upstream_send, 408, payload, closing)
+        return _DISCONNECT
+
+    async def receive(self) -> Message:
+        if self.refused:
             return _DISCONNECT
+        if self.complete:
+            return await self.upstream_receive()  # after the body, only a disconnect can come: not bounded
+        guard, loop = self.guard, asyncio.get_running_loop()
+        if self.deadline is None:
+            self.deadline = loop.time() + guard.timeout
+        connection = tuple(self.scope.get("client") or ())
+        if guard.pending.get(connection, 0) >= guard.max_pending:
+            log.info("request refused: %d request bodies already pending on its connection", guard.max_pending)
+            return await self.refuse(TOO_MANY_PENDING)
+        guard.pending[connection] = guard.pending.get(connection, 0) + 1
+        try:
+            async with asyncio.timeout_at(self.deadline):  # no task per read, unlike wait_for
+                message = await self.upstream_receive()
+        except TimeoutError:
+            return await self.refuse(TIMED_OUT)
+        finally:
+            guard.pending[connection] -= 1
+            if not guard.pending[connection]:
+                del guard.pending[connection]
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.complete = True
+        return message
 
-        async def bounded_receive() -> Message:
-            if state["refused"]:
-                return _DISCONNECT
-            if state["complete"]:
-                return await receive()  # after the body, only a disconnect can come: not bounded
-            if self.pending.get(connection, 0) >= self.max_pending:
-                log.info("request refused: %d request bodies already pending on its connection", self.max_pending)
-                return await refuse(TOO_MANY_PENDING)
-            self.pending[connection] = self.pending.get(connection, 0) + 1
-            try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                return await refuse(TIMED_OUT)
-            finally:
-                self.pending[connection] -= 1
-                if not self.pending[connection]:
-                    del self.pending[connection]
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                state["complete"] = True
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            if state["refused"]:
-                return
-            if message["type"] == "http.response.start":
-                state["started"] = True
-            await send(message)
-
-        await self.app(scope, bounded_receive, guarded_send)
+    async def send(self, message: Message) -> None:
+        if self.refused:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.upstream_send(message)
