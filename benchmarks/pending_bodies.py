@@ -1,6 +1,7 @@
 """Issue 21 row 3: memory per connection when every stream is a POST whose body never comes.
 
     python -m benchmarks.pending_bodies [--request-timeout 60s] [--connections 60] [--streams 100]
+    python -m benchmarks.pending_bodies --bytecodes   # what BodyDeadline adds per request, deterministic
 
 Starts one ``secure-orca serve`` (the secure_orca on PYTHONPATH, so an older tree can be measured the same
 way: run it from that tree's root, ``-m secure_orca`` imports from the working directory; without
@@ -13,11 +14,14 @@ a second wave shows whether the first one's memory was given back for reuse.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import socket
 import ssl
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -140,6 +144,45 @@ def measure(args: argparse.Namespace) -> None:
                 connection.sock.close()
 
 
+async def bytecodes(app: Any, scope: dict[str, Any]) -> int:
+    """Bytecodes one request runs in ``app`` (sys.settrace opcode events), after one warm-up request."""
+    count = 0
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        frame.f_trace_opcodes = True
+        count += event == "opcode"
+        return tracer
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def discard(message: dict[str, Any]) -> None:
+        pass
+
+    await app(scope, receive, discard)
+    count = 0
+    sys.settrace(tracer)
+    await app(scope, receive, discard)
+    sys.settrace(None)
+    return count
+
+
+async def cost() -> None:
+    # imported here: the RSS measurement also runs against trees older than BodyDeadline
+    from secure_orca.authn.user import UserInfo
+    from secure_orca.server import demo
+    from secure_orca.server.asgi import BodyDeadline
+    from secure_orca.server.authentication import USER_KEY
+
+    get: dict[str, Any] = {"type": "http", "http_version": "2", "method": "GET", "path": "/healthz", "headers": [],
+                  "client": ("127.0.0.1", 40000)}  # fmt: skip
+    post = {**get, "method": "POST", "path": demo.SELF_SUBJECT_REVIEWS, USER_KEY: UserInfo("u")}
+    for name, scope in (("GET /healthz (no body read)", get), ("POST selfsubjectreviews (body read)", post)):
+        alone, wrapped = await bytecodes(demo.app, scope), await bytecodes(BodyDeadline(demo.app), scope)
+        print(f"{name}: demo {alone} bytecodes, with BodyDeadline {wrapped} (+{wrapped - alone})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--request-timeout", default="", help="passed to serve when given")
@@ -147,7 +190,12 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--wait-after", type=float, default=0.0, help="seconds to read answers after each wave")
     parser.add_argument("--waves", type=int, default=2, help="waves of connections, each kept open to the end")
-    measure(parser.parse_args())
+    parser.add_argument("--bytecodes", action="store_true", help="only count what BodyDeadline adds per request")
+    args = parser.parse_args()
+    if args.bytecodes:
+        asyncio.run(cost())
+    else:
+        measure(args)
 
 
 if __name__ == "__main__":
