@@ -56,6 +56,8 @@ HOP_BY_HOP = frozenset(
 # pkg/util/proxy/upgradeaware.go, RejectForwardingRedirects, which the aggregator turns on by default since
 # CVE-2022-3172): a 3xx with a Location is replaced by a 502, never relayed and never followed.
 REDIRECT_REFUSED = "the backend attempted to redirect this request, which is not permitted"
+_UNSENDABLE = re.compile(rb"[\x00\r\n]")  # never in an HTTP field value (RFC 9110 section 5.5)
+UNSENDABLE_USER = "the authenticated user cannot be sent to the backend in a header"
 
 
 # RFC 3986 path characters: unreserved, sub-delims, ":", "@", "/" and well-formed percent-escapes.
@@ -228,7 +230,13 @@ class ProxyApp:
                     return
                 message = await self._receive(receive)
 
-        headers = forwardable(scope["headers"]) + identity_headers(scope)
+        identity = identity_headers(scope)
+        if any(_UNSENDABLE.search(value) for _, value in identity):
+            # e.g. a certificate CN or O holding CR or LF (CVE-2023-27493's class): no header can carry it
+            log.warning("proxy %s: the user's name cannot be sent upstream in a header; refused", route.prefix)
+            await respond_json(send, 502, {**_status(502), "reason": "BadGateway", "message": UNSENDABLE_USER})
+            return
+        headers = forwardable(scope["headers"]) + identity
         request = self.client.build_request(scope["method"], url, headers=headers, content=upstream_body(first, body))
         try:
             response = await self.client.send(request, stream=True)

@@ -23,6 +23,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from secure_orca.server.proxy import UNSENDABLE_USER
 
 from ..conftest import ClientCert, fp_flags, load_issued, write_client
 from .backends import Recorded, hostile_backend
@@ -101,6 +102,7 @@ def test_certificate_fields_never_split_or_inject_an_upstream_header(rig, dev_pk
         # No HTTP/1.1 header can carry the name: the upstream is never asked (kube's Go transport refuses
         # such a field value too), and the client gets a refusal, not a forged identity.
         assert seen == [] and response.status_code == 502, (response.status_code, seen)
+        assert response.json()["message"] == UNSENDABLE_USER  # refused by us, before any transport
         return
     assert response.status_code == 200
     (headers,) = seen
