@@ -130,8 +130,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--request-timeout",
         default="60s",
-        help="kube-apiserver's flag: every request body must have arrived within this time of the request's "
-        "start, on every route, else 408 (default 60s, as kube)",
+        help="kube-apiserver's flag: every request body must have arrived within this time of its first read, "
+        "on every route, else 408 (default 60s, as kube)",
     )
     a(
         "--max-requests-per-connection",
