@@ -30,7 +30,7 @@ EXTRA = 8  # streams beyond MAX_PENDING_BODIES on one connection
 
 @pytest.fixture(scope="module")
 def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    flags = [*fp_flags(dev_pki), "--request-timeout", "300ms"]
+    flags = [*fp_flags(dev_pki), "--request-timeout", "2s"]  # long enough for all 40 to be waiting at once
     with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (started,):
         yield started
     assert "Traceback" not in "".join(started.process.lines), started.process.output(40)
