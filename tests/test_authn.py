@@ -112,6 +112,15 @@ def test_identity_headers_are_stripped_in_any_spelling() -> None:
     assert kept == [(b"x-remote-users", b"v"), (b"accept", b"v")] and removed == 8
 
 
+def test_configured_names_with_underscores_are_stripped_in_every_spelling() -> None:
+    """Issue 21 row 5: configured names are folded like received ones (case, ``_`` and ``-``)."""
+    config = RequestHeaderConfig(("X_User",), ("X-Remote-Uid",), ("X_Group",), ("X_Extra_",))
+    strip = IdentityHeaders([requestheader.STANDARD, config])
+    names = ["x_user", "X-USER", "x-user", "x_group", "X-Group", "x_extra_scopes", "X-EXTRA-reason", "x-users", "x"]
+    kept, removed = strip.strip([(n.encode(), b"v") for n in names])
+    assert kept == [(b"x-users", b"v"), (b"x", b"v")] and removed == 7
+
+
 # --- x509 ----------------------------------------------------------------------------------------------
 
 
@@ -144,7 +153,7 @@ def test_go_reads_the_last_common_name_and_every_organization() -> None:
     assert got.user is not None and (got.user.name, got.user.groups) == ("last", ("o1", "o2"))
 
 
-@pytest.mark.parametrize("name", ['a,b', 'a+O=system:masters', 'a"b', "a\\b", "CN=x", "système", "a\x00b"])
+@pytest.mark.parametrize("name", ["a,b", "a+O=system:masters", 'a"b', "a\\b", "CN=x", "système", "a\x00b"])
 def test_special_characters_never_change_the_identity(name: str) -> None:
     got = x509_authn.authenticate(request([], named((NameOID.COMMON_NAME, name), (NameOID.ORGANIZATION_NAME, name))))
     assert got.user is not None and (got.user.name, got.user.groups) == (name, (name,))
@@ -180,7 +189,7 @@ def test_token_file_format(tmp_path: Path) -> None:
     ("data", "problem"),
     [
         (b"only-a-token-here,user\n", "line 1 must have at least 3 columns (token, user name, user uid), found 2"),
-        (b"a,b,c\n\"unterminated,b,c\n", "line 2 is not valid CSV"),
+        (b'a,b,c\n"unterminated,b,c\n', "line 2 is not valid CSV"),
         (b"", "holds no token"),
         (b",user,uid\n", "holds no token"),
         (b"\xff\xfe,user,uid\n", "not UTF-8 text"),

@@ -84,6 +84,8 @@ def bad_cases(p: pki.DevPKI, tmp: Path, busy_port: int) -> dict[str, tuple[list[
         "bad port": ([*base(p), "--secure-port", "70000"], "--secure-port: 70000 is not a port"),
         "bad proxy": ([*base(p), "--proxy", "metrics=http://x"], "--proxy: invalid proxy route"),
         "bad proxy timeout": ([*base(p), "--proxy-timeout", "soon"], "--proxy-timeout: invalid duration"),
+        "bad request timeout": ([*base(p), "--request-timeout", "soon"], "--request-timeout: invalid duration"),
+        "request timeout zero": ([*base(p), "--request-timeout", "0"], "--request-timeout: must be between 10ms"),
         "goaway chance too high": ([*base(p), "--goaway-chance", "0.5"], "--goaway-chance: 0.5 is not between"),
         "bad reload interval": ([*base(p), "--credential-reload-interval", "1ms"], "between 50ms and 1h"),
         "bad metrics address": ([*base(p), "--metrics-bind-address", "nowhere"], "--metrics-bind-address: invalid"),
@@ -102,7 +104,8 @@ CASES = [
     "missing file", "malformed CA", "key mismatch", "key is a cert", "cert without key", "empty secret file",
     "world-readable secret", "unknown gate", "bad duration", "interval too short", "unknown mode",
     "flag without gate", "no usable material", "shared CA, no names", "port in use", "bad port", "bad proxy",
-    "bad proxy timeout", "goaway chance too high", "bad reload interval", "bad metrics address", "names twice",
+    "bad proxy timeout", "bad request timeout", "request timeout zero", "goaway chance too high",
+    "bad reload interval", "bad metrics address", "names twice",
     "bad decimals", "empty names file", "FIFO secret file",
 ]  # fmt: skip
 

@@ -45,22 +45,29 @@ class RequestHeaderConfig:
 STANDARD = RequestHeaderConfig()
 
 
+def canonical(name: bytes) -> bytes:
+    """A header name in the one form names are matched in for stripping: lowercase, ``_`` as ``-``."""
+    return name.lower().replace(b"_", b"-")
+
+
 class IdentityHeaders:
     """Every identity header name and prefix of some configs, to strip them from a request: kube's
-    ClearAuthenticationHeaders over each config, plus (beyond kube) the same names spelled with ``_`` for
-    ``-``, which some backends and CGI-style gateways fold into the same variable."""
+    ClearAuthenticationHeaders over each config (kubernetes/kubernetes e9866d2794675aa8dc82ba2637ae45f9f3a27dff,
+    the NCC-E003660-YVU fix, staging/src/k8s.io/apiserver/pkg/endpoints/filters/authentication.go), plus, beyond
+    kube, one canonical form for configured and received names alike (case, and ``_`` as ``-``: some backends
+    and CGI-style gateways fold both into one variable). Believing stays kube's: exact names, any case."""
 
     def __init__(self, configs: Iterable[RequestHeaderConfig]) -> None:
         names: set[bytes] = set()
         prefixes: list[bytes] = []
         for config in configs:
-            names |= config.names()
-            prefixes += config.prefixes()
+            names |= {canonical(name) for name in config.names()}
+            prefixes += [canonical(prefix) for prefix in config.prefixes()]
         self.names = frozenset(names)
         self.prefixes = tuple(prefixes)
 
     def matches(self, name: bytes) -> bool:
-        folded = name.lower().replace(b"_", b"-")
+        folded = canonical(name)
         return folded in self.names or folded.startswith(self.prefixes)
 
     def strip(self, headers: Headers) -> tuple[list[tuple[bytes, bytes]], int]:
@@ -105,9 +112,7 @@ def authenticate(config: RequestHeaderConfig, request: Request) -> Outcome:
     name = _first_value(request, config.username_headers)
     if not name:
         return NOT_MINE
-    groups = tuple(
-        text(value) for header in config.group_headers for value in request.values(header) if value
-    )
+    groups = tuple(text(value) for header in config.group_headers for value in request.values(header) if value)
     return Outcome(
         UserInfo(name, _first_value(request, config.uid_headers), groups, _extra(request, config.extra_prefixes))
     )

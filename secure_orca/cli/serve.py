@@ -129,6 +129,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--proxy", action="append", default=[], metavar="PREFIX=URL", help="proxy PREFIX to URL (repeatable)")
     a("--proxy-timeout", default="30s", help="how long a proxied upstream may take to answer (default 30s)")
     a(
+        "--request-timeout",
+        default="60s",
+        help="kube-apiserver's flag: every request body must have arrived within this time of its first read, "
+        "on every route, else 408 (default 60s, as kube)",
+    )
+    a(
         "--max-requests-per-connection",
         type=int,
         default=1000,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -16,6 +18,12 @@ Headers = list[tuple[bytes, bytes]]
 
 
 NO_BODY_STATUSES = frozenset({204, 304})
+REQUEST_TIMEOUT = 60.0  # kube-apiserver's --request-timeout default (k8s.io/apiserver pkg/server/config.go)
+# Requests of one connection that may wait for their body at once. An HTTP/2 connection carries at most 100
+# streams (hypercorn's h2_max_concurrent_streams); a load balancer multiplexes its clients' uploads on a few
+# connections, but a body that keeps coming waits only between its DATA frames.
+MAX_PENDING_BODIES = 32
+log = logging.getLogger("secure_orca.server")
 
 
 async def respond(send: Send, status: int, body: bytes, headers: Headers) -> None:
@@ -35,18 +43,107 @@ async def respond_json(send: Send, status: int, payload: Any, headers: Headers |
     await respond(send, status, body, [(b"content-type", b"application/json"), *(headers or [])])
 
 
-async def read_body(receive: Receive, limit: int | None = None) -> bytes:
-    """The request body; with ``limit``, reading stops once more than ``limit`` bytes arrived (the caller
+async def read_body(receive: Receive, limit: int | None = None) -> bytes | None:
+    """The request body, or None when the client left (or its body was refused) before the end: a partial
+    body is never handed on. With ``limit``, reading stops once more than ``limit`` bytes arrived (the caller
     sees a body longer than the limit and refuses it)."""
     chunks = []
     size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            return None
         chunk = message.get("body", b"")
         chunks.append(chunk)
         size += len(chunk)
         if not message.get("more_body", False) or (limit is not None and size > limit):
-            break
-    return b"".join(chunks)
+            return b"".join(chunks)
+
+
+def _refusal(status: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": status}  # fmt: skip
+
+
+TIMED_OUT = _refusal(408, "Timeout", "the request body did not arrive within the request timeout")
+TOO_MANY_PENDING = _refusal(408, "TooManyPendingBodies", "too many request bodies pending on this connection")
+_DISCONNECT: Message = {"type": "http.disconnect"}
+
+
+class BodyDeadline:
+    """Every request body, on every route, must be complete within ``timeout`` of the application's first
+    read of it (at once, for every route here), as kube-apiserver's ``--request-timeout`` bounds every
+    non-long-running request (k8s.io/apiserver pkg/server/filters/timeout.go,
+    WithTimeoutForNonLongRunningRequests; kube answers its handler's overrun with 504, a body that does not
+    come gets 408 here). And at most ``max_pending`` requests of one connection may wait for their body at
+    once. Either refusal is a 408 Status (HTTP/1.1: ``Connection: close``, the unread body must not be read
+    as a request); the application then receives ``http.disconnect``, as when a client leaves, and whatever
+    it still sends goes nowhere. 408 is not an error in the load report (only 429 and 5xx are): no client can
+    raise ``eps`` by stalling."""
+
+    def __init__(self, app: ASGIApp, timeout: float = REQUEST_TIMEOUT, max_pending: int = MAX_PENDING_BODIES) -> None:
+        self.app = app
+        self.timeout = timeout
+        self.max_pending = max_pending
+        self.pending: dict[Any, int] = {}  # per connection (the client's address and port)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body = _Body(self, scope, receive, send)
+        await self.app(scope, body.receive, body.send)
+
+
+class _Body:
+    """One request's side of BodyDeadline (slots and bound methods: a GET that never reads costs little)."""
+
+    __slots__ = ("complete", "deadline", "guard", "refused", "scope", "started", "upstream_receive", "upstream_send")
+
+    def __init__(self, guard: BodyDeadline, scope: Scope, receive: Receive, send: Send) -> None:
+        self.guard = guard
+        self.scope = scope
+        self.upstream_receive = receive
+        self.upstream_send = send
+        self.deadline: float | None = None
+        self.complete = self.refused = self.started = False
+
+    async def refuse(self, payload: dict[str, Any]) -> Message:
+        self.refused = True
+        if not self.started:
+            closing = [(b"connection", b"close")] if self.scope.get("http_version", "1.1") != "2" else []
+            await respond_json(self.upstream_send, 408, payload, closing)
+        return _DISCONNECT
+
+    async def receive(self) -> Message:
+        if self.refused:
+            return _DISCONNECT
+        if self.complete:
+            return await self.upstream_receive()  # after the body, only a disconnect can come: not bounded
+        guard, loop = self.guard, asyncio.get_running_loop()
+        if self.deadline is None:
+            self.deadline = loop.time() + guard.timeout
+        connection = tuple(self.scope.get("client") or ())
+        if guard.pending.get(connection, 0) >= guard.max_pending:
+            log.info("request refused: %d request bodies already pending on its connection", guard.max_pending)
+            return await self.refuse(TOO_MANY_PENDING)
+        guard.pending[connection] = guard.pending.get(connection, 0) + 1
+        try:
+            async with asyncio.timeout_at(self.deadline):  # no task per read, unlike wait_for
+                message = await self.upstream_receive()
+        except TimeoutError:
+            return await self.refuse(TIMED_OUT)
+        finally:
+            guard.pending[connection] -= 1
+            if not guard.pending[connection]:
+                del guard.pending[connection]
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.complete = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self.refused:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.upstream_send(message)

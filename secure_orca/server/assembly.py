@@ -12,7 +12,7 @@ from secure_orca.credentials import loader
 from secure_orca.credentials.loader import Material
 from secure_orca.server import demo
 from secure_orca.server.adapter import ServerOptions, make_server_context, serve
-from secure_orca.server.asgi import ASGIApp
+from secure_orca.server.asgi import ASGIApp, BodyDeadline
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
@@ -98,7 +98,7 @@ def build_app(
     clients = ChainCache(ChainVerifier(material.client_cas)) if material.client_cas else None
     tokens = TokenFile(material.tokens) if material.tokens else None
     authenticated = AuthenticationMiddleware(
-        inner,
+        BodyDeadline(inner, config.request_timeout),  # every route's request body has a deadline
         replace(config.authentication, tokens=tokens),
         lambda: middleware.authority.chains,
         clients,

@@ -50,6 +50,7 @@ class ServeConfig:
     attach: str = "every-response"
     routes: list[ProxyRoute] = field(default_factory=list)
     proxy_timeout: float = 30.0
+    request_timeout: float = 60.0  # --request-timeout: every request body's deadline (kube's default 60s)
     max_requests: int = 1000
     goaway_chance: float = 0.0
     metrics_address: str = ""
@@ -128,6 +129,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         raise UsageError("--proxy-timeout: must be between 10ms and 1h")
     if not 0.0 <= args.goaway_chance <= 0.02:
         raise UsageError(f"--goaway-chance: {args.goaway_chance} is not between 0 and 0.02")
+    request_timeout = _flag("--request-timeout", lambda: parse_duration(args.request_timeout))
+    if not 0.01 <= request_timeout <= 3600:
+        raise UsageError("--request-timeout: must be between 10ms and 1h")
     reload_interval = _flag("--credential-reload-interval", lambda: parse_duration(args.credential_reload_interval))
     if not 0.05 <= reload_interval <= 3600:
         raise UsageError("--credential-reload-interval: must be between 50ms and 1h")
@@ -199,6 +203,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         attach=args.endpoint_load_metrics_attach,
         routes=routes,
         proxy_timeout=proxy_timeout,
+        request_timeout=request_timeout,
         max_requests=args.max_requests_per_connection,
         goaway_chance=args.goaway_chance,
         metrics_address=args.metrics_bind_address,

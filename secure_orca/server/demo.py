@@ -120,6 +120,8 @@ async def self_subject_review(scope: Scope, receive: Receive, send: Send, header
         await respond_json(send, 500, _status(500, "InternalError", "missing user"), headers)
         return
     body = await read_body(receive, MAX_REVIEW_BODY)  # its content does not matter (JSON or protobuf)
+    if body is None:  # the client left, or its body did not come in time (server.asgi.BodyDeadline answered)
+        return
     if len(body) > MAX_REVIEW_BODY:
         await respond_json(send, 413, _status(413, "RequestEntityTooLarge", "the body is too large"), headers)
         return

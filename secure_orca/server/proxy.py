@@ -9,9 +9,13 @@ change: one not starting with ``/``, a ``.`` or ``..`` segment (plain or percent
 ``/`` or ``\``, a backslash, and any byte outside RFC 3986's path characters (``#``, space, controls,
 non-ASCII). See ``steered_path``.
 
-Hop-by-hop headers are not forwarded in either direction. As kube's aggregator does, the authenticated user
-goes upstream as ``X-Remote-User``/``-Uid``/``-Group``/``-Extra-*`` (never what the client sent: the
-authentication layer removed that), presenting --proxy-client-cert-file when given.
+Hop-by-hop headers are not forwarded in either direction; a request without a body goes upstream without
+one (no ``Transfer-Encoding``), and an upstream's ``Date`` and ``Server`` give way to the server's own, so a
+response carries one of each. An upstream redirect is neither followed nor relayed: 502, as kube's aggregator
+answers it (``REDIRECT_REFUSED``); no upgrade is ever forwarded. As kube's
+aggregator does, the authenticated user goes upstream as ``X-Remote-User``/``-Uid``/``-Group``/``-Extra-*``
+(never what the client sent: the authentication layer removed that), presenting --proxy-client-cert-file
+when given.
 The opt-in header never reaches an upstream (the middleware removed it before this app runs), and
 whatever ORCA headers an upstream returns are removed by the middleware on the way out.
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from urllib.parse import unquote_to_bytes
 
 import httpx
@@ -45,14 +49,24 @@ HOP_BY_HOP = frozenset(
         b"transfer-encoding",
         b"upgrade",
         b"host",
+        b"http2-settings",  # connection-specific, whether or not Connection names it (RFC 9113 section 3.1)
     }
 )
+# kube's answer to an upstream redirect (k8s.io/apimachinery eed236ceee2c19c2753a3d93ac0631dc20750454,
+# pkg/util/proxy/upgradeaware.go, RejectForwardingRedirects, which the aggregator turns on by default since
+# CVE-2022-3172): a 3xx with a Location is replaced by a 502, never relayed and never followed.
+REDIRECT_REFUSED = "the backend attempted to redirect this request, which is not permitted"
+_UNSENDABLE = re.compile(rb"[\x00\r\n]")  # never in an HTTP field value (RFC 9110 section 5.5)
+UNSENDABLE_USER = "the authenticated user cannot be sent to the backend in a header"
 
 
 # RFC 3986 path characters: unreserved, sub-delims, ":", "@", "/" and well-formed percent-escapes.
 _PATH = re.compile(rb"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})*")
 _QUERY = re.compile(rb"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})*")
 _ENCODED_SEPARATOR = re.compile(rb"%(?:2[Ff]|5[Cc])")
+# The server adds its own to every response (hypercorn's Config.response_headers): an upstream's would be a
+# second one. (Go's ReverseProxy keeps the upstream's, and Go's server adds none when one is set.)
+SERVER_ADDED = frozenset({b"date", b"server"})
 BAD_REQUEST = {"kind": "Status", "status": "Failure", "reason": "BadRequest", "code": 400}
 
 
@@ -100,6 +114,16 @@ def framing_conflict(headers: Sequence[tuple[bytes, bytes]]) -> bool:
     lengths = [value.strip() for name, value in headers if name.lower() == b"content-length"]
     chunked = any(name.lower() == b"transfer-encoding" for name, _ in headers)
     return bool(lengths) and (chunked or len(lengths) > 1 or not lengths[0].isdigit())
+
+
+def upstream_body(first: Message, rest: Callable[[], AsyncIterator[bytes]]) -> bytes | AsyncIterator[bytes] | None:
+    """What goes upstream as the body (pure): nothing for a request whose body ended empty in its first
+    message (no ``Transfer-Encoding``, no ``Content-Length``: a body-less GET stays body-less, RFC 9112
+    section 6.3), the bytes when the first message holds the whole body (``Content-Length``), else a stream
+    (chunked unless the client gave a length)."""
+    if first.get("more_body", False):
+        return rest()
+    return first.get("body", b"") or None
 
 
 def _status(code: int) -> dict[str, object]:
@@ -206,8 +230,14 @@ class ProxyApp:
                     return
                 message = await self._receive(receive)
 
-        headers = forwardable(scope["headers"]) + identity_headers(scope)
-        request = self.client.build_request(scope["method"], url, headers=headers, content=body())
+        identity = identity_headers(scope)
+        if any(_UNSENDABLE.search(value) for _, value in identity):
+            # e.g. a certificate CN or O holding CR or LF (CVE-2023-27493's class): no header can carry it
+            log.warning("proxy %s: the user's name cannot be sent upstream in a header; refused", route.prefix)
+            await respond_json(send, 502, {**_status(502), "reason": "BadGateway", "message": UNSENDABLE_USER})
+            return
+        headers = forwardable(scope["headers"]) + identity
+        request = self.client.build_request(scope["method"], url, headers=headers, content=upstream_body(first, body))
         try:
             response = await self.client.send(request, stream=True)
         except BodyStalled:
@@ -224,8 +254,13 @@ class ProxyApp:
             log.warning("proxy %s: upstream unavailable: %s", route.prefix, type(error).__name__)
             await respond_json(send, 502, _status(502))
             return
+        if 300 <= response.status_code <= 399 and response.headers.get("location"):
+            await response.aclose()
+            log.warning("proxy %s: upstream redirect refused", route.prefix)
+            await respond_json(send, 502, {**_status(502), "reason": "BadGateway", "message": REDIRECT_REFUSED})
+            return
         try:
-            headers = forwardable(response.headers.raw)
+            headers = [(n, v) for n, v in forwardable(response.headers.raw) if n.lower() not in SERVER_ADDED]
             if response.status_code in NO_BODY_STATUSES:
                 headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})

@@ -71,3 +71,84 @@ def recording_backend() -> Iterator[tuple[str, Recorded]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def stdlib_backend() -> Iterator[tuple[str, Recorded]]:
+    """An upstream we did not write, used as shipped: Python's ``http.server`` (ThreadingHTTPServer, HTTP/1.1
+    keep-alive) answering every GET and HEAD with 200 ``upstream`` and its own ``Server`` and ``Date``; like
+    the stdlib's handlers, it reads no request body, so any body bytes it is sent read as the next request."""
+    recorded = Recorded()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            recorded.requests.append((self.command, self.path))
+            recorded.headers.append(list(self.headers.items()))
+            self.send_response(200)
+            self.send_header("content-length", "8")
+            self.end_headers()
+            if self.command == "GET":
+                self.wfile.write(b"upstream")
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", recorded
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def hostile_backend() -> Iterator[tuple[str, Recorded]]:
+    """An upstream that records every request and misbehaves on request: ``/redirect`` answers 302 to
+    ``/stolen`` on itself (kube's CVE-2022-3172 and CVE-2020-8559), ``/switch`` answers 101 Switching
+    Protocols to a request that asked for no upgrade and then sends raw bytes (CVE-2018-1002105's backend);
+    anything else gets 200 ``upstream``."""
+    recorded = Recorded()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            recorded.requests.append((self.command, self.path))
+            recorded.headers.append(list(self.headers.items()))
+            if self.path.endswith("/redirect"):
+                self.send_response(302)
+                self.send_header("location", f"http://127.0.0.1:{self.server.server_address[1]}/stolen")
+                self.send_header("content-length", "0")
+                self.end_headers()
+            elif self.path.endswith("/switch"):
+                self.send_response(101)
+                self.send_header("connection", "upgrade")
+                self.send_header("upgrade", "tunnel")
+                self.end_headers()
+                self.wfile.write(b"raw tunnel bytes")
+                self.close_connection = True
+            else:
+                self.send_response(200)
+                self.send_header("content-length", "8")
+                self.end_headers()
+                self.wfile.write(b"upstream")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", recorded
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -163,3 +163,35 @@ def test_configured_header_names_are_believed_from_the_proxy_only_and_never_pass
         assert not [n for n, _ in seen if n.lower().replace("_", "-").startswith("x-proxy-")], seen
     assert ("x-remote-user", "system:anonymous") in [(n.lower(), v) for n, v in first]
     assert ("x-remote-user", "bob") in [(n.lower(), v) for n, v in second]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_configured_names_with_underscores_never_reach_the_upstream(
+    dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert], backend_url: str, protocol: str
+) -> None:
+    """Issue 21 row 5 (kube's NCC-E003660-YVU class): with configured names spelled with ``_``, a client sent
+    ``x_user: system:admin`` and the upstream got it beside our own X-Remote-User. Every spelling of every
+    configured name and prefix (case, ``_`` or ``-``) is removed; the front proxy is still believed."""
+    custom = [
+        "--requestheader-username-headers", "X_User",
+        "--requestheader-group-headers", "X_Group",
+        "--requestheader-extra-headers-prefix", "X_Extra_",
+    ]  # fmt: skip
+    flags = [*fp_flags(dev_pki), *custom, "--proxy", f"{ECHO}={backend_url}"]
+    forged = [("x_user", "system:admin"), ("X-User", "root"), ("x_group", "system:masters"),
+              ("X-Group", "system:masters"), ("x_extra_scopes", "cluster-admin"),
+              ("X-EXTRA-scopes", "cluster-admin")]  # fmt: skip
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        InjectingBackend.seen = []
+        anonymous = call(replica, dev_pki, protocol, None, forged)
+        proxied = call(replica, dev_pki, protocol, client_certs["front-proxy"], [("X_USER", "bob"), *forged[2:]])
+    assert anonymous is not None and proxied is not None
+    assert anonymous[0].json()["status"]["userInfo"]["username"] == "system:anonymous"
+    assert proxied[0].json()["status"]["userInfo"]["username"] == "bob"
+    first, second = InjectingBackend.seen
+    for seen in (first, second):
+        folded = [n.lower().replace("_", "-") for n, _ in seen]
+        assert not [n for n in folded if n in ("x-user", "x-group") or n.startswith("x-extra-")], seen
+    assert ("x-remote-user", "system:anonymous") in [(n.lower(), v) for n, v in first]
+    assert ("x-remote-user", "bob") in [(n.lower(), v) for n, v in second]
+    assert not FORGED_VALUES & {v for _, v in first}, first  # the front proxy may assert groups and extras

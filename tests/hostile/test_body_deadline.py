@@ -1,0 +1,142 @@
+"""Issue 21 row 3 and item 3: every request body has a deadline, on every route, as kube's --request-timeout
+gives every non-long-running request one (default 60s). A POST whose body never comes used to wait forever
+on the demo's selfsubjectreviews (60 connections x 100 such streams: +100 MiB, still pending after 70 s); now
+it is answered 408 once --request-timeout has passed, and at most MAX_PENDING_BODIES requests of one
+connection wait for their body at once (the others get 408 at once). Answers are counted, never timed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections import Counter
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
+from secure_orca.server.asgi import MAX_PENDING_BODIES, BodyDeadline, Message, Scope
+
+from ..conftest import ClientCert, fp_flags
+from .h2client import H2Client
+from .wire import connect, h1_status, tls_context
+
+REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+OPT_IN = "endpoint-load-metrics-request"
+EXTRA = 8  # streams beyond MAX_PENDING_BODIES on one connection
+
+
+@pytest.fixture(scope="module")
+def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
+    flags = [*fp_flags(dev_pki), "--request-timeout", "2s"]  # long enough for all 40 to be waiting at once
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (started,):
+        yield started
+    assert "Traceback" not in "".join(started.process.lines), started.process.output(40)
+
+
+def reasons(client: H2Client, streams: list[int]) -> Counter[tuple[int | None, str]]:
+    found: Counter[tuple[int | None, str]] = Counter()
+    for stream in streams:
+        reply = client.streams[stream]
+        found[(reply.status, json.loads(reply.body or b"{}").get("reason", ""))] += 1
+    return found
+
+
+def test_posts_without_a_body_get_408_and_the_connection_still_serves(replica, dev_pki) -> None:  # type: ignore[no-untyped-def]
+    client = H2Client.connect(replica, dev_pki.cert("ca"))
+    try:
+        posts = [client.start("POST", REVIEW) for _ in range(MAX_PENDING_BODIES + EXTRA)]  # headers, no body
+        health = client.start("GET", "/healthz", end=True)
+        assert client.pump_until_ended(health, *posts), client.streams
+    finally:
+        client.close()
+    assert client.streams[health].status == 200
+    assert reasons(client, posts) == {(408, "Timeout"): MAX_PENDING_BODIES, (408, "TooManyPendingBodies"): EXTRA}
+
+
+def in_flight(replica: launch.Replica, dev_pki: pki.DevPKI, front_proxy: ClientCert) -> int:
+    """``named_metrics.in_flight_requests`` of the report, read by the front proxy once every request it
+    waits on has ended: a few reports (each a new sample, one tick apart), until one shows 0, at most 50."""
+    context = ssl.create_default_context(cafile=str(dev_pki.cert("ca")))
+    context.load_cert_chain(front_proxy.cert, front_proxy.key)
+    value = -1
+    with httpx.Client(verify=context, http2=True, timeout=10) as http:
+        for _ in range(50):
+            report = http.get(replica.url + "/healthz", headers={OPT_IN: "TEXT"}).headers["endpoint-load-metrics"]
+            value = int(float(report.split("named_metrics.in_flight_requests=")[1].split(",")[0]))
+            if value == 0:
+                break
+    return value
+
+
+def test_the_report_counts_no_stalled_request_once_answered(replica, dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+    """Issue 21 "done when": after the stalled POSTs are answered, in_flight_requests is back to 0."""
+    client = H2Client.connect(replica, dev_pki.cert("ca"))
+    try:
+        posts = [client.start("POST", REVIEW) for _ in range(10)]
+        assert client.pump_until_ended(*posts)
+    finally:
+        client.close()
+    assert in_flight(replica, dev_pki, client_certs["front-proxy"]) == 0
+
+
+def test_an_http1_body_that_never_comes_gets_408(replica, dev_pki) -> None:  # type: ignore[no-untyped-def]
+    with connect(replica, tls_context(dev_pki, "http/1.1")) as sock:
+        sock.sendall(f"POST {REVIEW} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n".encode())
+        response = b""
+        while b"\r\n\r\n" not in response and (chunk := sock.recv(65536)):
+            response += chunk
+    assert h1_status(response) == 408
+
+
+def test_a_body_that_arrives_is_served(replica, dev_pki) -> None:  # type: ignore[no-untyped-def]
+    client = H2Client.connect(replica, dev_pki.cert("ca"))
+    try:
+        stream = client.start("POST", REVIEW)
+        client.data(stream, b"{}", end=True)
+        assert client.pump_until_ended(stream)
+    finally:
+        client.close()
+    assert client.streams[stream].status == 201
+
+
+def run(app_reads: bool, messages: list[Message]) -> list[Message]:
+    """BodyDeadline in process around an app that reads the body (or not), with a client that sends
+    ``messages`` and then nothing."""
+    sent: list[Message] = []
+
+    async def main() -> None:
+        queue: asyncio.Queue[Message] = asyncio.Queue()
+        for message in messages:
+            queue.put_nowait(message)
+
+        async def app(scope: Scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+            while app_reads:
+                message = await receive()
+                if message["type"] != "http.request" or not message.get("more_body"):
+                    break
+            await send({"type": "http.response.start", "status": 201, "headers": []})
+            await send({"type": "http.response.body", "body": b"app"})
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        await BodyDeadline(app, 0.01)({"type": "http", "client": ("c", 1)}, queue.get, send)
+
+    asyncio.run(main())
+    return sent
+
+
+def test_a_stalled_body_is_answered_408_and_the_app_answer_goes_nowhere() -> None:
+    sent = run(True, [{"type": "http.request", "body": b"part", "more_body": True}])
+    assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [408]
+    assert all(m.get("body") != b"app" for m in sent)
+
+
+def test_a_complete_body_or_none_read_is_not_bounded() -> None:
+    whole = run(True, [{"type": "http.request", "body": b"{}", "more_body": False}])
+    unread = run(False, [])
+    for sent in (whole, unread):
+        assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [201]
