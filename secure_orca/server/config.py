@@ -65,6 +65,41 @@ class ServeConfig:
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
     client_verifier: FrontProxyVerifier | None = None  # --client-ca-file, for the x509 authenticator
     proxy_client: tuple[Path, Path] | None = None  # --proxy-client-cert-file and --proxy-client-key-file
+    oob: OobConfig | None = None  # StreamCoreMetrics on the serving port (docs/out-of-band.md); None: off
+
+
+@dataclass(frozen=True)
+class OobConfig:
+    """--endpoint-load-metrics-oob-*: the out-of-band stream's interval floor and its bounds."""
+
+    min_interval: float = 1.0
+    max_streams: int = 64
+    max_per_connection: int = 4
+
+
+CERTIFICATE_MODES = frozenset({"front-proxy", "load-reader"})
+
+
+def _oob(args: argparse.Namespace, enabled: bool, modes: frozenset[str], interval: float) -> OobConfig | None:
+    """The out-of-band service's settings: on with the feature and a certificate mode, unless turned off."""
+    switch = _flag(
+        "--endpoint-load-metrics-oob", lambda: parse_bool(getattr(args, "endpoint_load_metrics_oob", "true"))
+    )
+    floor = _flag(
+        "--endpoint-load-metrics-oob-min-interval",
+        lambda: parse_duration(getattr(args, "endpoint_load_metrics_oob_min_interval", "1s")),
+    )
+    if not 0.01 <= floor <= 3600:
+        raise UsageError("--endpoint-load-metrics-oob-min-interval: must be between 10ms and 1h")
+    total = getattr(args, "endpoint_load_metrics_oob_max_streams", 64)
+    per_connection = getattr(args, "endpoint_load_metrics_oob_max_streams_per_connection", 4)
+    if not 1 <= total <= 10000:
+        raise UsageError("--endpoint-load-metrics-oob-max-streams: must be between 1 and 10000")
+    if not 1 <= per_connection <= total:
+        raise UsageError("--endpoint-load-metrics-oob-max-streams-per-connection: must be between 1 and the total")
+    if not (switch and enabled and modes & CERTIFICATE_MODES):
+        return None
+    return OobConfig(max(floor, interval), total, per_connection)  # never faster than the sampler
 
 
 def _use_dev_pki(args: argparse.Namespace, notes: list[str]) -> None:
@@ -256,12 +291,13 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         load_reader_ca=args.endpoint_load_metrics_client_ca_file if reader_verifier else None,
         load_reader_names=reader_names,
     )
+    policy = Policy(frozenset(m for m in modes if usable[m]), SecretSet(secrets) if secrets else None)
     return ServeConfig(
         host=args.bind_address,
         port=args.secure_port,
         files=files,
         enabled=enabled,
-        policy=Policy(frozenset(m for m in modes if usable[m]), SecretSet(secrets) if secrets else None),
+        policy=policy,
         verifier=verifier,
         reader_verifier=reader_verifier,
         interval=interval,
@@ -278,6 +314,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         authentication=authentication,
         client_verifier=FrontProxyVerifier(client_cas) if client_cas else None,
         proxy_client=proxy_client,
+        oob=_oob(args, enabled, policy.modes, interval),
     )
 
 
