@@ -367,8 +367,8 @@ def test_hot_node_round_robin_versus_weighted(dev_pki: pki.DevPKI) -> None:
 OOB_PERIOD = 0.2  # Envoy's oob_reporting_period here; the replicas' floor is set to match
 
 
-def oob_replicas(dev: pki.DevPKI, count: int) -> list[list[str]]:
-    return replicas_for(dev, "load-reader", count, "--endpoint-load-metrics-oob-min-interval", "200ms")
+def oob_replicas(dev: pki.DevPKI, count: int, *extra: str) -> list[list[str]]:
+    return replicas_for(dev, "load-reader", count, "--endpoint-load-metrics-oob-min-interval", "200ms", *extra)
 
 
 def oob_stats(proxy: lb.Envoy) -> dict[str, float]:
@@ -400,3 +400,28 @@ def test_out_of_band_weights_from_streams_alone(dev_pki: pki.DevPKI) -> None:
     assert stats["reports_received"] - idle["reports_received"] >= 2 * 6 / OOB_PERIOD / 3  # both hosts, ~6 s
     assert weights[hot.port] < weights[cold.port] and all(w > 1 for w in weights.values())
     assert shares[hot.port] < 0.4
+
+
+@pytest.mark.parametrize("served", [True, False])
+def test_load_aware_locality_on_out_of_band_reports(dev_pki: pki.DevPKI, served: bool) -> None:
+    """Does the 1.40 wheel's load_aware_locality use out-of-band reports (envoy PR 46670)? Measured: zones a and
+    b, CSWRR with out-of-band reports inside load_aware_locality, no opt-in anywhere, zone a's replica loaded.
+    With the stream served, traffic spills to zone b (spill_active_total rises); with it turned off on the
+    replicas (the control: no report reaches Envoy at all), traffic stays local."""
+    extra = () if served else ("--endpoint-load-metrics-oob=false",)
+    argvs = oob_replicas(dev_pki, 2, *extra)
+    settings = {"option": "load-reader", "oob_period": OOB_PERIOD, "timing": envoy.TEST_TIMING}
+    with lb.deployment(dev_pki, argvs, zones=["zone-a", "zone-b"], **settings) as d:
+        local, remote = d.replicas
+        lb_traffic(d.envoy, seconds=3, clients=2)
+        with hot_load(local, seconds=14):
+            lb_traffic(d.envoy, seconds=4, clients=2)
+            before = rq_totals(d.envoy)
+            lb_traffic(d.envoy, seconds=6, clients=2)
+            spilled = shares_of(d.envoy, before)[remote.port]
+        stats, sessions = locality_stats(d.envoy), oob_stats(d.envoy)
+    print(f"\nserved={served}: remote share with zone a loaded {spilled:.3f}; {stats}; {sessions}")
+    if served:
+        assert sessions["active_sessions"] == 2 and stats["spill_active_total"] > 0 and spilled >= 0.3
+    else:
+        assert sessions["reports_received"] == 0 and stats["spill_active_total"] == 0 and spilled <= 0.12
