@@ -152,6 +152,29 @@ def parse_request(message: bytes) -> StreamRequest:
     return StreamRequest(seconds + nanos / 1e9, tuple(request.request_cost_names))
 
 
+def request_frame(interval: float, cost_names: Sequence[str] = ()) -> bytes:
+    """A client's framed ``OrcaLoadReportRequest`` (the probe's and the tests'), encoded by protobuf."""
+    request = orca_pb2.OrcaLoadReportRequest(request_cost_names=list(cost_names))
+    request.report_interval.FromNanoseconds(round(interval * 1e9))
+    return frame(request.SerializeToString())
+
+
+def parse_report(body: bytes) -> orca_load_report_pb2.OrcaLoadReport | None:
+    """The first message of a gRPC response body as an ``OrcaLoadReport`` with at least one field set, or None
+    (how the probe recognises a streamed report, whoever served it)."""
+    if len(body) < PREFIX_SIZE:
+        return None
+    compressed, length = _PREFIX.unpack_from(body)
+    if compressed or len(body) < PREFIX_SIZE + length:
+        return None
+    message = orca_load_report_pb2.OrcaLoadReport()
+    try:
+        message.ParseFromString(body[PREFIX_SIZE : PREFIX_SIZE + length])
+    except DecodeError:
+        return None
+    return message if message.ListFields() else None
+
+
 def floor_interval(asked: float, floor: float) -> float:
     """The interval served: the asked one, raised to ``floor`` (gRPC A51's server-side minimum; an unset or
     zero interval gets the floor) and capped at ``MAX_INTERVAL``."""
