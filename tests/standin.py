@@ -2,7 +2,7 @@
 Triton's HTTP endpoint does (triton-inference-server PR 7839: ``text`` or ``json``, any caller, no credential).
 HTTP/1.1 over TLS on loopback, like Triton's HTTP endpoint. Run it by hand for docs/probe.md:
 
-    python -m tests.standin --cert certs/server.crt --key certs/server.key   # prints its URL, serves until ^C
+    python -m tests.standin --cert certs/apiserver.crt --key certs/apiserver.key   # prints its URL, serves until ^C
 """
 
 from __future__ import annotations
