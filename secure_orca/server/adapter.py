@@ -356,19 +356,19 @@ def end_trailers_only(connection: h2.connection.H2Connection) -> None:
 
     hypercorn 0.18 turns an ASGI ``http.response.trailers`` sent before any response into a HEADERS frame and
     then an empty DATA frame with END_STREAM, which gRPC clients read as headers without a status (grpcio:
-    UNKNOWN, "Stream removed"). A response block that carries ``grpc-status`` is by definition trailers-only:
-    it is sent with END_STREAM here, and hypercorn's empty DATA that follows finds the stream closed (it
-    already ignores that). Used by the out-of-band load report service's refusals (server/oob.py)."""
+    UNKNOWN, "Stream removed"). A response block whose first field after ``:status`` is ``grpc-status`` (the
+    out-of-band load report service's refusals put it there, server/oob.py) is trailers-only: it is sent with
+    END_STREAM here, and hypercorn's empty DATA that follows finds the stream closed (it already ignores that).
+    Two comparisons per response block, as ``carry_report``."""
     send_headers = connection.send_headers
 
     def trailers_only(stream_id: int, headers: Any, *args: Any, **kwargs: Any) -> None:
         if (
-            not args
-            and not kwargs.get("end_stream")
-            and type(headers) is list
-            and headers
+            type(headers) is list
+            and len(headers) > 1
+            and headers[1][0] == b"grpc-status"
             and headers[0][0] == b":status"
-            and any(name == b"grpc-status" for name, _ in headers)
+            and not args
         ):
             kwargs["end_stream"] = True
         return send_headers(stream_id, headers, *args, **kwargs)

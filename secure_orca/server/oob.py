@@ -138,7 +138,7 @@ class OobService:
 
     async def _trailers_only(self, send: Send, status: Status, message: str) -> None:
         self.outcomes[status.name] += 1
-        headers = [*oob.RESPONSE_HEADERS, *oob.status_trailers(status, message)]
+        headers = [*oob.status_trailers(status, message), *oob.RESPONSE_HEADERS]  # grpc-status first: adapter
         await send({"type": "http.response.trailers", "headers": headers, "more_trailers": False})
 
     def _current_frame(self) -> bytes:
