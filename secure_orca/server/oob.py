@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from secure_orca.orca import oob
@@ -32,12 +33,13 @@ READ_TIMEOUT = 10.0  # seconds an entitled caller has to send its one request me
 class _Stream:
     """One open stream's state, woken by its timer, a reload, a rotation, shutdown or the client's reset."""
 
-    __slots__ = ("authority", "checks", "extensions", "gone", "wake")
+    __slots__ = ("authority", "checks", "connection", "extensions", "gone", "wake")
 
-    def __init__(self, authority: Authority, checks: Checks, extensions: Scope) -> None:
+    def __init__(self, authority: Authority, checks: Checks, extensions: Scope, connection: int) -> None:
         self.authority = authority
         self.checks = checks
         self.extensions = extensions  # the connection's TLS extension, to identify it again after a reload
+        self.connection = connection  # the key of its connection's count
         self.gone = False
         self.wake = asyncio.Event()
 
@@ -110,7 +112,7 @@ class OobService:
         if len(self.streams) >= self.max_streams or self.per_connection[connection] >= self.max_per_connection:
             await self._trailers_only(send, Status.RESOURCE_EXHAUSTED, "too many load report streams")
             return
-        stream = _Stream(authority, checks, extensions)
+        stream = _Stream(authority, checks, extensions, connection)
         self.streams.add(stream)
         self.per_connection[connection] += 1
         try:
@@ -126,10 +128,17 @@ class OobService:
             self.outcomes["opened"] += 1
             await self._stream(stream, request, extensions.get(ROTATION_KEY), receive, send)
         finally:
-            self.streams.discard(stream)
-            self.per_connection[connection] -= 1
-            if not self.per_connection[connection]:
-                del self.per_connection[connection]
+            self._release(stream)
+
+    def _release(self, stream: _Stream) -> None:
+        """Give the stream's slot back (once): when the client resets it, at once, so that a new stream opened
+        right behind the reset is counted without it; otherwise when the stream ends."""
+        if stream not in self.streams:
+            return
+        self.streams.discard(stream)
+        self.per_connection[stream.connection] -= 1
+        if not self.per_connection[stream.connection]:
+            del self.per_connection[stream.connection]
 
     def _entitled(self, authority: Authority, checks: Checks) -> oob.Reason:
         if not self.middleware.enabled:
@@ -174,7 +183,7 @@ class OobService:
     ) -> None:
         interval = oob.floor_interval(request.interval, self.min_interval)
         loop = asyncio.get_running_loop()
-        watcher = loop.create_task(_watch(receive, stream))
+        watcher = loop.create_task(_watch(receive, stream, self._release))
         if rotation is not None:
             rotation.listeners.add(stream.wake.set)
         timer: asyncio.TimerHandle | None = None
@@ -233,11 +242,12 @@ async def _read_message(receive: Receive) -> bytes:
             return body
 
 
-async def _watch(receive: Receive, stream: _Stream) -> None:
-    """Wake the stream when the client goes away (reset, or the connection closed)."""
+async def _watch(receive: Receive, stream: _Stream, release: Callable[[_Stream], None]) -> None:
+    """When the client goes away (reset, or the connection closed): release the stream's slot and wake it."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             stream.gone = True
+            release(stream)
             stream.wake.set()
             return
