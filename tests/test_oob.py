@@ -1,19 +1,27 @@
 """The out-of-band stream's pure parts (secure_orca.orca.oob), without sockets: transport checks, framing,
-the request decode and the report message (protobuf from xds-protos), the interval floor, the entitlement."""
+the request decode and the report message (protobuf from xds-protos), the interval floor, the entitlement; and
+serve's switches for it."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 
 import pytest
 from xds.data.orca.v3 import orca_load_report_pb2
 from xds.service.orca.v3 import orca_pb2
 
+from secure_orca import pki
 from secure_orca.authz.frontproxy import NO_CERTIFICATE, FrontProxyResult
 from secure_orca.authz.reasons import Reason
+from secure_orca.cli import serve as serve_cli
+from secure_orca.envoy import launcher as lb
+from secure_orca.errors import UsageError
+from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
 from secure_orca.orca.oob import GrpcError, Status
 from secure_orca.orca.report import LoadReport, encode_text, parse_text
+from secure_orca.server.config import OobConfig, ServeConfig, build_config
 
 NOW = dt.datetime(2026, 12, 3, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -164,3 +172,52 @@ def test_status_trailers() -> None:
         (b"grpc-status", b"14"),
         (b"grpc-message", b"50%25 gone%0A"),
     ]
+
+
+# --- the switches (serve's flags, parsed and validated without a socket) -------------------------------------
+
+
+def serve_config(dev: pki.DevPKI, option: str, *extra: str) -> ServeConfig:
+    parser = argparse.ArgumentParser()
+    serve_cli.add_arguments(parser)
+    argv = launch.serve_argv(dev, lb.replica_flags(dev, option, *extra))
+    return build_config(parser.parse_args(argv[argv.index("serve") + 1 :]))
+
+
+@pytest.mark.parametrize(
+    ("option", "extra", "on"),
+    [
+        ("front-proxy", (), True),
+        ("load-reader", (), True),
+        ("front-proxy,shared-secret", (), True),
+        ("shared-secret", (), False),  # no certificate mode: nothing could open the stream
+        ("header-only", (), False),
+        ("front-proxy", ("--endpoint-load-metrics-oob=false",), False),
+        ("front-proxy", ("--no-enable-endpoint-load-metrics",), False),
+    ],
+)
+def test_the_service_is_on_with_the_feature_and_a_certificate_mode(
+    dev_pki: pki.DevPKI, option: str, extra: tuple[str, ...], on: bool
+) -> None:
+    assert (serve_config(dev_pki, option, *extra).oob is not None) is on
+
+
+def test_defaults_and_the_floor_never_below_sampling(dev_pki: pki.DevPKI) -> None:
+    assert serve_config(dev_pki, "front-proxy").oob == OobConfig(min_interval=1.0, max_streams=64, max_per_connection=4)
+    slow = serve_config(dev_pki, "front-proxy", "--endpoint-load-metrics-interval", "2s")
+    assert slow.oob is not None and slow.oob.min_interval == 2.0
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        (("--endpoint-load-metrics-oob=maybe",), "--endpoint-load-metrics-oob:"),
+        (("--endpoint-load-metrics-oob-min-interval", "0"), "--endpoint-load-metrics-oob-min-interval"),
+        (("--endpoint-load-metrics-oob-min-interval", "soon"), "--endpoint-load-metrics-oob-min-interval"),
+        (("--endpoint-load-metrics-oob-max-streams", "0"), "--endpoint-load-metrics-oob-max-streams:"),
+        (("--endpoint-load-metrics-oob-max-streams-per-connection", "65"), "per-connection"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_flag(dev_pki: pki.DevPKI, extra: tuple[str, ...], flag: str) -> None:
+    with pytest.raises(UsageError, match=flag):
+        serve_config(dev_pki, "front-proxy", *extra)

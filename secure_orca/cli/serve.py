@@ -191,6 +191,11 @@ def run(args: argparse.Namespace) -> int:
         "on" if config.enabled else "off",
         ",".join(sorted(config.policy.modes)) or "none",
     )
+    if config.oob is not None:
+        log.info(
+            "out-of-band load reports on (StreamCoreMetrics, certificate modes only), interval floor %gs",
+            config.oob.min_interval,
+        )
     if server.metrics is not None:
         try:
             port = server.metrics.serve(config.metrics_address)
