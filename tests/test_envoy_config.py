@@ -424,11 +424,15 @@ def test_cli_prints_to_stdout_without_secret(dev_pki: pki.DevPKI, capsys: pytest
         (["--upstream", "h:1"], "--output"),
         (["--upstream", "h:1", "--option", "header-only", "--listen", "h"], "--listen"),
         (["--upstream", "h:1@a", "--upstream", "h:2", "-o", "x.yaml"], "every upstream a zone"),
-        (["--upstream", "h:1", "--option", "front-proxy", "--requestheader-username-headers", "X User"],
-         "not an HTTP header name"),
+        (
+            ["--upstream", "h:1", "--option", "front-proxy", "--requestheader-username-headers", "X User"],
+            "not an HTTP header name",
+        ),
         (["--upstream", "h:1", "--option", "front-proxy", "--requestheader-group-headers", ""], "at least one"),
-        (["--upstream", "h:1", "--option", "load-reader", "--load-reader-cert-file", "/nonexistent.crt"],
-         "--load-reader-cert-file"),
+        (
+            ["--upstream", "h:1", "--option", "load-reader", "--load-reader-cert-file", "/nonexistent.crt"],
+            "--load-reader-cert-file",
+        ),
         (["--upstream", "h:1", "--option", "front-proxy", "--client-ca-file", "/nonexistent.crt"], "--client-ca-file"),
     ],
 )
@@ -443,3 +447,62 @@ def test_cli_errors_are_one_line(
 def test_cli_missing_dev_pki_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "--certs-dir", str(tmp_path / "none"), "--upstream", "h:1", "-o", "x.yaml")
     assert code == 2 and "--tls-cert-file" in err and "secure-orca certs" in err
+
+
+# ---- out-of-band reports (StreamCoreMetrics, Envoy PR 44403) ------------------------------------------------
+
+
+@pytest.mark.parametrize("option", envoy.OOB_OPTIONS)
+def test_out_of_band_enables_oob_reports_and_sets_no_optin(dev_pki: pki.DevPKI, option: str) -> None:
+    boot = envoy.build_bootstrap(config(dev_pki, option=option, oob_period=1.0))
+    typed = lb_policy(boot)["typed_config"]
+    assert (typed["enable_oob_load_report"], typed["oob_reporting_period"]) == (True, "1s")
+    for route in all_routes(boot):
+        assert "request_headers_to_add" not in route  # no request opts in
+        assert set(route["response_headers_to_remove"]) == set(envoy.ORCA_RESPONSE_HEADERS)
+    assert "envoy.filters.http.credential_injector" not in filter_names(boot)
+    assert OPTIN not in json.dumps(all_routes(boot))
+    tls = the_cluster(boot)["transport_socket"]["typed_config"]["common_tls_context"]
+    assert len(tls["tls_certificates"]) == 1  # the certificate that entitles the stream
+
+
+def test_in_band_has_no_oob_fields(dev_pki: pki.DevPKI) -> None:
+    assert "enable_oob_load_report" not in lb_policy(envoy.build_bootstrap(config(dev_pki)))["typed_config"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"option": "front-proxy,shared-secret"}, "entitled by certificate"),
+        ({"option": "header-only"}, "entitled by certificate"),
+        ({"option": "front-proxy", "policy": "round-robin"}, "cswrr"),
+        ({"option": "front-proxy", "oob_period": 0.0}, "between"),
+    ],
+)
+def test_out_of_band_refuses_what_cannot_work(dev_pki: pki.DevPKI, settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(envoy.ConfigError, match=message):
+        envoy.build_bootstrap(config(dev_pki, **{"oob_period": 1.0, **settings}))
+
+
+@pytest.mark.envoy
+@needs_envoy
+@pytest.mark.parametrize(("option", "zoned"), list(itertools.product(envoy.OOB_OPTIONS, (False, True))))
+def test_envoy_validates_out_of_band(dev_pki: pki.DevPKI, tmp_path: Path, option: str, zoned: bool) -> None:
+    out = tmp_path / "envoy.yaml"
+    cfg = files.dev_config(dev_pki, ZONED if zoned else UPSTREAMS, option=option, oob_period=0.5)
+    files.write(cfg, out)
+    ok, output = files.validate(out)
+    assert ok, output
+    assert "enable_oob_load_report" in out.read_text()
+
+
+@needs_envoy
+@pytest.mark.envoy
+def test_cli_out_of_band(dev_pki: pki.DevPKI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "lb.yaml"
+    argv = ["--certs-dir", str(dev_pki.root), "--upstream", "127.0.0.1:7001", "--option", "load-reader"]
+    code, stdout, _ = run_cli(capsys, *argv, "--out-of-band", "2s", "-o", str(out), "--validate")
+    assert code == 0 and "validate OK" in stdout
+    assert '"oob_reporting_period": "2s"' in out.read_text()
+    code, _, err = run_cli(capsys, *argv, "--out-of-band", "soon")
+    assert code != 0 and "--out-of-band" in err and "Traceback" not in err

@@ -360,3 +360,68 @@ def test_hot_node_round_robin_versus_weighted(dev_pki: pki.DevPKI) -> None:
     assert weighted_share < rr_share - 0.08
     for _, load in rows.values():
         assert load.failed == 0 and load.server_errors == 0
+
+
+# ---- out-of-band reports (StreamCoreMetrics, envoy-config --out-of-band) -----------------------------------
+
+OOB_PERIOD = 0.2  # Envoy's oob_reporting_period here; the replicas' floor is set to match
+
+
+def oob_replicas(dev: pki.DevPKI, count: int, *extra: str) -> list[list[str]]:
+    return replicas_for(dev, "load-reader", count, "--endpoint-load-metrics-oob-min-interval", "200ms", *extra)
+
+
+def oob_stats(proxy: lb.Envoy) -> dict[str, float]:
+    prefix = f"cluster.{envoy.CLUSTER}.lb_orca_oob."
+    return {k.removeprefix(prefix): v for k, v in proxy.stats(r"lb_orca_oob\.").items()}
+
+
+def test_out_of_band_weights_from_streams_alone(dev_pki: pki.DevPKI) -> None:
+    """No request carries an opt-in and no response a report: Envoy's weights come from one StreamCoreMetrics
+    stream per replica (lb_orca_oob: two sessions, reports, no errors while traffic flows), the loaded
+    replica's is lower, and clients see no ORCA header. Before any traffic a replica reports rps_fractional 0,
+    from which CSWRR computes no weight and counts a report error ("QPS must be positive"): those are counted
+    before the measured window, not in it."""
+    settings = {"option": "load-reader", "oob_period": OOB_PERIOD, "timing": envoy.TEST_TIMING}
+    with lb.deployment(dev_pki, oob_replicas(dev_pki, 2), **settings) as d:
+        hot, cold = d.replicas
+        with hot_load(hot, seconds=20):
+            lb_traffic(d.envoy, seconds=3)
+            before, idle = rq_totals(d.envoy), oob_stats(d.envoy)
+            lb_traffic(d.envoy, seconds=6)
+            shares = shares_of(d.envoy, before)
+            weights = {h.port: h.weight for h in d.envoy.clusters()}
+            stats = oob_stats(d.envoy)
+        with httpx.Client(http2=True, verify=ca_context(dev_pki), trust_env=False) as client:
+            response = client.get(d.envoy.url + "/healthz", headers={OPTIN: "TEXT"})
+    print(f"\nout of band: share to loaded replica {shares[hot.port]:.3f}; weights {weights}; stats {idle} -> {stats}")
+    assert response.status_code == 200 and not [n for n in response.headers if n.lower() in ORCA]
+    assert stats["active_sessions"] == 2 and stats["report_errors"] == idle["report_errors"]
+    assert stats["reports_received"] - idle["reports_received"] >= 2 * 6 / OOB_PERIOD / 3  # both hosts, ~6 s
+    assert weights[hot.port] < weights[cold.port] and all(w > 1 for w in weights.values())
+    assert shares[hot.port] < 0.4
+
+
+@pytest.mark.parametrize("served", [True, False])
+def test_load_aware_locality_on_out_of_band_reports(dev_pki: pki.DevPKI, served: bool) -> None:
+    """Does the 1.40 wheel's load_aware_locality use out-of-band reports (envoy PR 46670)? Measured: zones a and
+    b, CSWRR with out-of-band reports inside load_aware_locality, no opt-in anywhere, zone a's replica loaded.
+    With the stream served, traffic spills to zone b (spill_active_total rises); with it turned off on the
+    replicas (the control: no report reaches Envoy at all), traffic stays local."""
+    extra = () if served else ("--endpoint-load-metrics-oob=false",)
+    argvs = oob_replicas(dev_pki, 2, *extra)
+    settings = {"option": "load-reader", "oob_period": OOB_PERIOD, "timing": envoy.TEST_TIMING}
+    with lb.deployment(dev_pki, argvs, zones=["zone-a", "zone-b"], **settings) as d:
+        local, remote = d.replicas
+        lb_traffic(d.envoy, seconds=3, clients=2)
+        with hot_load(local, seconds=14):
+            lb_traffic(d.envoy, seconds=4, clients=2)
+            before = rq_totals(d.envoy)
+            lb_traffic(d.envoy, seconds=6, clients=2)
+            spilled = shares_of(d.envoy, before)[remote.port]
+        stats, sessions = locality_stats(d.envoy), oob_stats(d.envoy)
+    print(f"\nserved={served}: remote share with zone a loaded {spilled:.3f}; {stats}; {sessions}")
+    if served:
+        assert sessions["active_sessions"] == 2 and stats["spill_active_total"] > 0 and spilled >= 0.3
+    else:
+        assert sessions["reports_received"] == 0 and stats["spill_active_total"] == 0 and spilled <= 0.12

@@ -8,13 +8,16 @@ import math
 import random
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from secure_orca import cli, pki
+from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
+from secure_orca.orca import oob
 from secure_orca.probe import audit as probe
 from secure_orca.probe import stats as probe_stats
 from secure_orca.probe import transport as probe_transport
@@ -40,8 +43,10 @@ def test_vectors_cover_every_protocol_identity_and_path() -> None:
     assert len(names) == len(set(names))
     assert {v.protocol for v in vectors} == set(probe_vectors.PROTOCOLS)
     assert {v.identity for v in vectors} == {"none", "self-signed", "wrong-ca", "expired", "wrong-eku"}
-    assert {v.path for v in vectors} == {"/version", "/proxied/x", probe_vectors.SELF_SUBJECT_REVIEWS}
-    assert {v.group for v in vectors} == {"identity", "header", "secret", "path", "cleartext", "impersonation"}
+    assert {v.path for v in vectors} == {"/version", "/proxied/x", probe_vectors.SELF_SUBJECT_REVIEWS, oob.PATH}
+    assert {v.group for v in vectors} == {
+        "identity", "header", "secret", "path", "cleartext", "impersonation", "spelling", "oob"
+    }  # fmt: skip
     variants = {v.variant for v in vectors}
     assert {"no-opt-in", "TEXT", "JSON", "BIN", "lowercase", "duplicate", "long-value", "non-ascii-utf8"} <= variants
     assert {"secret-empty", "secret-wrong", "secret-duplicate"} <= variants
@@ -68,9 +73,13 @@ def test_wrong_secret_has_the_real_length() -> None:
 def test_controls_use_the_lb_credentials() -> None:
     lb = probe_vectors.Identity("lb", "lb", Path("lb.crt"), Path("lb.key"))
     controls = probe.control_vectors("/version", lb, SECRET)
-    assert [(c.identity, c.protocol) for c in controls] == [("lb", "h2"), ("none", "h2")]
-    assert controls[1].headers == ((probe_vectors.OPTIN, f"TEXT; secret={SECRET}".encode()),)
-    assert SECRET not in repr(controls) and "<redacted>" in controls[1].shown[0]
+    assert [(c.identity, c.protocol, c.path) for c in controls] == [
+        ("lb", "h2", "/version"),
+        ("lb", "h2", oob.PATH),  # the out-of-band stream, with the same certificate
+        ("none", "h2", "/version"),
+    ]
+    assert controls[2].headers == ((probe_vectors.OPTIN, f"TEXT; secret={SECRET}".encode()),)
+    assert SECRET not in repr(controls) and "<redacted>" in controls[2].shown[0]
     assert probe.control_vectors("/version", None, None) == []
 
 
@@ -409,7 +418,11 @@ def test_impersonation_vectors_cover_identities_protocols_and_spellings() -> Non
         (i, p) for i in ("none", "self-signed", "wrong-ca", "expired", "wrong-eku") for p in ("h2", "http/1.1")
     }
     assert {v.variant for v in forged if v.protocol == "http/1.1"} == {
-        "forged-plain", "forged-lower-case", "forged-upper-case", "forged-mixed-case", "forged-duplicates"
+        "forged-plain",
+        "forged-lower-case",
+        "forged-upper-case",
+        "forged-mixed-case",
+        "forged-duplicates",
     }
     h2 = [v for v in forged if v.protocol == "h2"]
     assert {v.variant for v in h2} == {"forged-lower-case", "forged-duplicates"}
@@ -443,3 +456,86 @@ def test_a_client_certificate_that_can_act_as_the_front_proxy_is_an_impersonatio
     assert {("forged-lower-case", "h2"), ("forged-plain", "http/1.1"), ("forged-duplicates", "h2")} <= leaked
     assert not any(r.outcome == "leak" for r in result.results)  # no load report leaked: only identity
     assert not {r.vector.identity for r in result.results if r.impersonation == "leak"} - {"client"}
+
+
+# --- the ecosystem's spellings and the out-of-band stream ------------------------------------------------
+
+
+def test_spelling_and_oob_vectors() -> None:
+    vectors = _vectors()
+    spellings = {v.variant: v for v in vectors if v.group == "spelling" and v.protocol == "h2"}
+    assert set(spellings) == {"format-TEXT", "format-JSON", "format-BIN", "format-text", "format-json"}
+    assert spellings["format-JSON"].headers == ((probe_vectors.FORMAT_HEADER, b"JSON"),)
+    streams = [v for v in vectors if v.group == "oob"]
+    assert {(v.identity, v.protocol) for v in streams if v.variant == "grpc"} == {
+        (i, p) for i in ("none", "self-signed", "wrong-ca", "expired", "wrong-eku") for p in ("h2", "http/1.1")
+    }
+    assert {v.variant for v in streams} == {"grpc", "json-content-type", "identity-headers", "opt-in"}
+    for v in streams:
+        assert v.method == "POST" and v.path == oob.PATH
+        assert oob.parse_request(oob.unframe(v.body)).interval == 1.0
+
+
+def _grpc_exchange(body: bytes) -> Exchange:
+    return Exchange(status=200, headers=[(b":status", b"200"), (b"content-type", b"application/grpc")], body=body)
+
+
+def test_a_streamed_report_is_a_leak_and_a_status_is_not() -> None:
+    from xds.data.orca.v3 import orca_load_report_pb2
+
+    report = oob.frame(orca_load_report_pb2.OrcaLoadReport(cpu_utilization=0.5).SerializeToString())
+    assert probe.classify(_grpc_exchange(report), "h2") == ("leak", "grpc OrcaLoadReport message")
+    assert probe.report_evidence(_grpc_exchange(report)) == "cpu_utilization: 0.5"
+    refused = Exchange(status=200, headers=[(b"content-type", b"application/grpc"), (b"grpc-status", b"7")])
+    assert probe.classify(refused, "h2")[0] == "no-report"
+    assert probe.classify(_grpc_exchange(oob.frame(b"")), "h2")[0] == "no-report"  # an empty message says nothing
+    not_grpc = Exchange(status=200, headers=[(b"content-type", b"application/json")], body=report)
+    assert probe.classify(not_grpc, "h2")[0] == "no-report"
+
+
+def test_a_leak_verdict_names_the_spelling_asked_and_answered() -> None:
+    asked = next(v for v in _vectors() if v.variant == "format-text" and v.protocol == "http/1.1")
+    leak = probe.VectorResult(asked, "leak", "header endpoint-load-metrics")
+    verdict, reason = probe.decide([], [leak])
+    assert verdict == "leak"
+    assert "endpoint-load-metrics-format: text" in reason and "answered in header endpoint-load-metrics" in reason
+
+
+def test_probe_finds_the_leak_of_a_server_answering_the_format_header(dev_pki: pki.DevPKI) -> None:
+    """A stand-in that is not ours (tests/standin.py: Triton's behaviour, answering endpoint-load-metrics-format
+    to anyone over HTTP/1.1): the probe reports a leak and names the spelling."""
+    from tests.standin import serving
+
+    with serving(dev_pki.cert("server"), dev_pki.key("server")) as url:
+        result = probe.probe(url, ProbeConfig(cacert=dev_pki.cert("ca"), timing_samples=0, timeout=5.0))
+    leaks = {r.vector.name for r in result.results if r.outcome == "leak"}
+    assert result.verdict == "leak" and result.exit_code == 1
+    assert leaks == {f"spelling:format-{value}/none/http/1.1" for value in ("TEXT", "JSON", "text", "json")}
+    assert "asked with endpoint-load-metrics-format: TEXT, answered in header endpoint-load-metrics" in result.reason
+
+
+@pytest.fixture(scope="module")
+def oob_replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
+    flags = lb.replica_flags(dev_pki, "front-proxy,load-reader")
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        yield replica
+
+
+def test_our_stream_leaks_to_no_bypass_client(oob_replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
+    """Against serve with StreamCoreMetrics on: the load balancer's certificate gets a streamed report (the
+    control), and no bypass vector does: no certificate, client-CA users named like the front proxy or the
+    load reader, minted look-alikes, HTTP/1.1, JSON, forged identity headers, the opt-in, every spelling."""
+    config = replace(
+        _config(dev_pki, secret=False),
+        paths=("/version",),
+        client_ca_cert=dev_pki.cert("client_ca"),
+        client_ca_key=dev_pki.key("client_ca"),
+    )
+    result = probe.probe(oob_replica.url, config)
+    stream_control = next(c for c in result.controls if c.vector.path == oob.PATH)
+    assert stream_control.outcome == "leak" and stream_control.detail == "grpc OrcaLoadReport message"
+    streams = [r for r in result.results if r.vector.group == "oob"]
+    identities = {r.vector.identity for r in streams}
+    assert {"client-ca-front-proxy-client", "client-ca-load-reader", "none", "client"} <= identities
+    assert not [r.vector.name for r in result.results if r.outcome == "leak"]
+    assert result.verdict == "no-leak", result.reason

@@ -93,3 +93,18 @@ class Policy:
             if mode in self.modes:
                 return DECISIONS[refusal(checked)]  # a verified chain that lapsed is expired
         return DECISIONS[Reason.NO_SECRET]
+
+    def entitles_stream(
+        self, front_proxy: ChainResult, now: dt.datetime, load_reader: ChainResult = NO_CERTIFICATE
+    ) -> Reason:
+        """Who may open the out-of-band stream (StreamCoreMetrics): a certificate that verifies, now, as the front
+        proxy's or a load reader's, in a configured mode. Nothing else grants: not the opt-in header, not a
+        secret, not a token, not a client-CA user. The refusal reasons are the in-band ones."""
+        if Mode.FRONT_PROXY in self.modes and front_proxy.holds_at(now):
+            return Reason.FRONT_PROXY
+        if Mode.LOAD_READER in self.modes and load_reader.holds_at(now):
+            return Reason.LOAD_READER
+        for mode, checked in ((Mode.FRONT_PROXY, front_proxy), (Mode.LOAD_READER, load_reader)):
+            if mode in self.modes and checked.failure is not Failure.NO_CERTIFICATE:
+                return refusal(checked)
+        return Reason.NO_CERTIFICATE

@@ -12,6 +12,9 @@ X-Remote-Extra-*, in any letter case). With front-proxy, Envoy is kube's authent
 a client certificate (verified against --client-ca-file; tokens and anonymous clients still connect) and sends
 its CN as X-Remote-User and each O as X-Remote-Group. Tokens pass upstream in Authorization, unchanged.
 
+--out-of-band PERIOD (front-proxy or load-reader, cswrr): no opt-in at all; Envoy opens one StreamCoreMetrics
+stream per replica with the same client certificate and weighs hosts by the streamed reports (Envoy >= 1.40).
+
 Clients' opt-in headers are replaced, ORCA response headers are removed, streams refused during connection
 rotation are retried, the admin interface listens on loopback only. Replicas with zones (HOST:PORT@ZONE) are
 balanced by load_aware_locality around the chosen policy. With no certificate flags it uses the development
@@ -27,9 +30,9 @@ from pathlib import Path
 
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.envoy import files
-from secure_orca.errors import UsageError
+from secure_orca.errors import FlagError, UsageError
 from secure_orca.pki import DevPKI
-from secure_orca.server.flags import parse_list
+from secure_orca.server.flags import parse_duration, parse_list
 
 HELP = "write (and validate) an Envoy bootstrap for ORCA-weighted load balancing over replicas"
 
@@ -64,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--requestheader-group-headers", default="X-Remote-Group", help="the replicas' value (default X-Remote-Group)")
     a("--requestheader-extra-headers-prefix", default="X-Remote-Extra-", help="the replicas' value")
     a("--requestheader-uid-headers", default="X-Remote-Uid", help="the replicas' value (default X-Remote-Uid)")
+    a(
+        "--out-of-band",
+        metavar="PERIOD",
+        help="CSWRR reads load out of band: one StreamCoreMetrics stream per replica every PERIOD (e.g. 1s), "
+        "entitled by the client certificate (--option front-proxy or load-reader); no request carries an opt-in",
+    )
     a("--secret-inline", action="store_true", help="put the secret in the bootstrap (written mode 0600)")
     a("--output", "-o", type=Path, help="write here (default: stdout; sds delivery needs a file)")
     a("--validate", action="store_true", help="run `envoy --mode validate` on the written file")
@@ -122,7 +131,14 @@ def build(args: argparse.Namespace) -> envoy.LBConfig:
     except envoy.ConfigError as error:
         raise UsageError(f"--upstream: {error}") from None
     host, port = _host_port(args.listen, "--listen")
+    oob_period = None
+    if getattr(args, "out_of_band", None):
+        try:
+            oob_period = parse_duration(args.out_of_band)
+        except FlagError as error:
+            raise UsageError(f"--out-of-band: {error}") from None
     config = envoy.LBConfig(
+        oob_period=oob_period,
         upstreams=upstreams,
         credentials=_credentials(args),
         option=args.option,

@@ -48,6 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--client-cert", type=Path, metavar="FILE", help="an ordinary client certificate to try")
     a("--client-key", type=Path, metavar="FILE", help="its private key")
+    a(
+        "--client-ca-cert",
+        type=Path,
+        metavar="FILE",
+        help="the server's client CA (for ordinary users): the probe mints users from it named like the front "
+        "proxy and the load reader, which must get nothing (needs --client-ca-key)",
+    )
+    a("--client-ca-key", type=Path, metavar="FILE", help="its private key (used only in memory, to sign)")
     a("--secret-guess-file", type=Path, metavar="FILE", help="a candidate secret to try, with its near misses")
     a(
         "--path",
@@ -91,6 +99,7 @@ def build_config(args: argparse.Namespace) -> ProbeConfig:
             loader.read_ca_bundle(args.cacert, "--cacert")
         _pair(args.lb_cert, args.lb_key, "lb")
         _pair(args.client_cert, args.client_key, "client")
+        _pair(args.client_ca_cert, args.client_ca_key, "client-ca")
         secret = None
         if args.lb_secret_file is not None:
             secret = loader.read_secrets(args.lb_secret_file, "--lb-secret-file", private=False)[0]
@@ -113,6 +122,8 @@ def build_config(args: argparse.Namespace) -> ProbeConfig:
         control_url=args.control_url,
         lb_header_only=args.lb_header_only,
         lb_load_reader=args.lb_load_reader,
+        client_ca_cert=args.client_ca_cert,
+        client_ca_key=args.client_ca_key,
     )
 
 

@@ -126,6 +126,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="every-response (KEP semantics, default) or once-per-sample: a connection gets each new sample once "
         "(saves HPACK bytes on busy connections at no loss of freshness; see docs/hpack.md)",
     )
+    a(
+        "--endpoint-load-metrics-oob",
+        default="true",
+        help="serve out-of-band load reports (gRPC xds.service.orca.v3.OpenRcaService/StreamCoreMetrics) on this "
+        "port to the front-proxy and load-reader certificates, whenever load metrics and one of those modes are "
+        "on (default true; --endpoint-load-metrics-oob=false turns it off)",
+    )
+    a(
+        "--endpoint-load-metrics-oob-min-interval",
+        default="1s",
+        help="the shortest report interval a stream is served at; a shorter asked interval is raised to it, and "
+        "never below --endpoint-load-metrics-interval (default 1s)",
+    )
+    a(
+        "--endpoint-load-metrics-oob-max-streams",
+        type=int,
+        default=64,
+        help="open out-of-band streams in total; more are refused with RESOURCE_EXHAUSTED (default 64)",
+    )
+    a(
+        "--endpoint-load-metrics-oob-max-streams-per-connection",
+        type=int,
+        default=4,
+        help="open out-of-band streams per connection (default 4)",
+    )
     a("--proxy", action="append", default=[], metavar="PREFIX=URL", help="proxy PREFIX to URL (repeatable)")
     a("--proxy-timeout", default="30s", help="how long a proxied upstream may take to answer (default 30s)")
     a(
@@ -173,6 +198,11 @@ def run(args: argparse.Namespace) -> int:
         "on" if config.enabled else "off",
         ",".join(sorted(config.modes)) or "none",
     )
+    if config.oob is not None:
+        log.info(
+            "out-of-band load reports on (StreamCoreMetrics, certificate modes only), interval floor %gs",
+            config.oob.min_interval,
+        )
     if server.metrics is not None:
         try:
             port = server.metrics.serve(config.metrics_address)

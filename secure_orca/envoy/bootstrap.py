@@ -10,6 +10,10 @@ replicas, verifying their serving CA and SAN. Per security option (KEP-6315) the
 - ``front-proxy,shared-secret``: both (either one grants);
 - ``header-only``: the bare opt-in (the KEP's option 1).
 
+With ``oob_period`` set (the certificate options only, CSWRR only), no request carries an opt-in: CSWRR opens one
+``StreamCoreMetrics`` stream per replica over the cluster's transport socket, so with the same client
+certificate (Envoy PR 44403, ``enable_oob_load_report``), and weighs the hosts by the streamed reports alone.
+
 Whatever a client sends as opt-in is removed first, and the LB's own value is set with
 OVERWRITE_IF_EXISTS_OR_ADD semantics, so a client can neither inject nor guess its way in. Both ORCA response
 headers (and trailers) are removed before a response reaches a client. The secret never appears in the
@@ -36,6 +40,7 @@ from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
 from secure_orca.orca.optin import header_value
 
 OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only", "load-reader")
+OOB_OPTIONS = ("front-proxy", "load-reader")  # the out-of-band stream is entitled by the certificate alone
 POLICIES = ("cswrr", "round-robin")
 SECRET_DELIVERIES = ("sds", "inline")
 ORCA_RESPONSE_HEADERS = (HEADER, HEADER_BIN)
@@ -138,6 +143,7 @@ class Credentials:
 
     def absolute(self) -> Credentials:
         """Envoy resolves relative paths against its working directory; pin them now."""
+
         def pin(path: Path | None) -> Path | None:
             return None if path is None else Path(path).resolve()
 
@@ -198,6 +204,7 @@ class LBConfig:
     upstream_max_requests: int | None = 500
     node_id: str = "secure-orca-lb"
     extra: dict[str, Any] = field(default_factory=dict)  # merged into the bootstrap top level (tests)
+    oob_period: float | None = None  # out-of-band reports every this many seconds, no opt-in; None: in-band
 
     @property
     def modes(self) -> frozenset[str]:
@@ -236,6 +243,13 @@ class LBConfig:
             raise ConfigError("option shared-secret needs the secret file")
         if "load-reader" in self.modes and (creds.load_reader_cert is None or creds.load_reader_key is None):
             raise ConfigError("option load-reader needs the load-reader client certificate and key")
+        if self.oob_period is not None:
+            if self.option not in OOB_OPTIONS:
+                raise ConfigError(f"out-of-band reports are entitled by certificate: option {' or '.join(OOB_OPTIONS)}")
+            if self.policy != "cswrr":
+                raise ConfigError("out-of-band reports need the cswrr policy")
+            if not 0.01 <= self.oob_period <= 3600:
+                raise ConfigError("the out-of-band reporting period must be between 10ms and 1h")
         self.identity.check()
 
     @property
@@ -243,8 +257,6 @@ class LBConfig:
         """Envoy acts as kube's authenticating front proxy: it verifies client certificates against the client
         CA and asserts their identity upstream, where its front-proxy certificate makes the replicas believe it."""
         return "front-proxy" in self.modes and self.credentials.client_ca is not None
-
-
 
 
 # ---- pieces of the bootstrap -------------------------------------------------------------------------------
@@ -315,8 +327,12 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def cswrr_policy(timing: Timing) -> dict[str, Any]:
-    """client_side_weighted_round_robin with every period and the error penalty explicit."""
+def cswrr_policy(timing: Timing, oob_period: float | None = None) -> dict[str, Any]:
+    """client_side_weighted_round_robin with every period and the error penalty explicit; with ``oob_period``,
+    weights come from one out-of-band stream per host (``enable_oob_load_report``, ``oob_reporting_period``)."""
+    oob: dict[str, Any] = {}
+    if oob_period is not None:
+        oob = {"enable_oob_load_report": True, "oob_reporting_period": duration(oob_period)}
     return _typed(
         _CSWRR,
         "extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin",
@@ -324,6 +340,7 @@ def cswrr_policy(timing: Timing) -> dict[str, Any]:
         weight_update_period=duration(timing.weight_update_period),
         weight_expiration_period=duration(timing.weight_expiration_period),
         error_utilization_penalty=timing.error_utilization_penalty,
+        **oob,
     )
 
 
@@ -333,7 +350,7 @@ def round_robin_policy() -> dict[str, Any]:
 
 def load_balancing_policy(config: LBConfig) -> dict[str, Any]:
     """The cluster's policy: CSWRR or round robin, wrapped in load_aware_locality when upstreams have zones."""
-    endpoint = cswrr_policy(config.timing) if config.policy == "cswrr" else round_robin_policy()
+    endpoint = cswrr_policy(config.timing, config.oob_period) if config.policy == "cswrr" else round_robin_policy()
     if not config.zones:
         return {"policies": [{"typed_extension_config": endpoint}]}
     t = config.timing
@@ -423,7 +440,7 @@ def _route(config: LBConfig, match: dict[str, Any], retry_on: str) -> dict[str, 
         },
         "response_headers_to_remove": list(ORCA_RESPONSE_HEADERS),
     }
-    if not _secret_in_sds(config):
+    if not _secret_in_sds(config) and config.oob_period is None:  # out of band: no request opts in
         entry["request_headers_to_add"] = [
             {
                 "header": {"key": OPTIN_HEADER, "value": _optin_value(config)},

@@ -26,8 +26,10 @@ from typing import Any, Literal
 
 import h2.exceptions
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from secure_orca import pki
+from secure_orca.orca import oob
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS
 from secure_orca.orca.headers import REPORT as HEADER
@@ -49,6 +51,7 @@ from secure_orca.probe.vectors import (
     _printable,
     _secret_value,
     build_vectors,
+    client_ca_identities,
     control_vectors,
     impersonation_controls,
     mint_identities,
@@ -73,14 +76,25 @@ def _looks_like_report(value: bytes) -> bool:
     return True
 
 
-def find_orca(headers: Iterable[tuple[bytes, bytes]], trailers: Iterable[tuple[bytes, bytes]]) -> list[str]:
-    """Where ORCA data appears: an ORCA header name in headers or trailers, or a TEXT report in any trailer."""
+# Response names that carry a report somewhere in the ecosystem: ours, and Envoy's JSON header name of some versions.
+REPORT_NAMES = ORCA_HEADERS | {"endpoint-load-metrics-json"}
+
+
+def find_orca(
+    headers: Iterable[tuple[bytes, bytes]], trailers: Iterable[tuple[bytes, bytes]], body: bytes = b""
+) -> list[str]:
+    """Where ORCA data appears: a report header name in headers or trailers, a TEXT report in any trailer, or
+    an ``OrcaLoadReport`` streamed as the first gRPC message of an ``application/grpc`` response."""
     found = []
+    headers = list(headers)
     for where, fields in (("header", headers), ("trailer", trailers)):
         for name, value in fields:
             lowered = name.strip().lower().decode("latin-1")
-            if lowered in ORCA_HEADERS or (where == "trailer" and _looks_like_report(value)):
+            if lowered in REPORT_NAMES or (where == "trailer" and _looks_like_report(value)):
                 found.append(f"{where} {lowered}")
+    grpc = any(n.lower() == b"content-type" and v.lower().startswith(oob.CONTENT_TYPE) for n, v in headers)
+    if grpc and oob.parse_report(body) is not None:
+        found.append("grpc OrcaLoadReport message")
     return found
 
 
@@ -88,7 +102,7 @@ def classify(exchange: Exchange, protocol: Protocol, with_cert: bool = False) ->
     """The outcome of one vector and a one-line detail. ``with_cert``: the client presented a certificate, so a
     connection closed before any response counts as a refused handshake (with TLS 1.3 the server refuses a
     client certificate after the client's side of the handshake has completed)."""
-    leaks = find_orca(exchange.headers, exchange.trailers)
+    leaks = find_orca(exchange.headers, exchange.trailers, exchange.body)
     if leaks:
         return "leak", ", ".join(leaks)
     if exchange.status is not None and exchange.error_kind is None:
@@ -132,9 +146,10 @@ def impersonation_of(exchange: Exchange, outcome: Outcome) -> tuple[Impersonatio
 def report_evidence(exchange: Exchange) -> str:
     """The first leaked value, shortened (it is the server's load, not a secret of ours)."""
     for name, value in [*exchange.headers, *exchange.trailers]:
-        if name.strip().lower().decode("latin-1") in ORCA_HEADERS:
+        if name.strip().lower().decode("latin-1") in REPORT_NAMES:
             return _printable(value, 200)
-    return ""
+    streamed = oob.parse_report(exchange.body)
+    return _printable(" ".join(str(streamed).split()).encode(), 200) if streamed is not None else ""
 
 
 # --- results and verdict (pure) --------------------------------------------------------------------------
@@ -221,7 +236,12 @@ def decide(
     if leaks or believed:
         found = []
         if leaks:
-            found.append(f"{len(leaks)} of {len(results)} vectors got load metrics (first: {leaks[0].vector.name})")
+            first = leaks[0]
+            asked = "; ".join(first.vector.shown) or "no opt-in"
+            found.append(
+                f"{len(leaks)} of {len(results)} vectors got load metrics (first: {first.vector.name}: asked with "
+                f"{asked}, answered in {first.detail})"
+            )
         if believed:
             found.append(f"{len(believed)} vectors were believed forged identities (first: {believed[0].vector.name})")
         return "leak", "; ".join(found)
@@ -401,6 +421,8 @@ class ProbeConfig:
     seed: int | None = None
     lb_header_only: bool = False  # the LB sends the bare opt-in (option 1): that is the positive control
     lb_load_reader: bool = False  # the LB certificate is a load reader's (option 2b): its identity must not count
+    client_ca_cert: Path | None = None  # the server's client CA: mint users named like the LB from it
+    client_ca_key: Path | None = None
 
 
 def _cert_names(path: Path | None) -> tuple[str | None, str | None]:
@@ -412,6 +434,11 @@ def _cert_names(path: Path | None) -> tuple[str | None, str | None]:
     return common_name(cert), (str(issuer[0].value) if issuer else None)
 
 
+def _load_issued(cert: Path, key: Path) -> pki.Issued:
+    private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    return pki.Issued(x509.load_pem_x509_certificate(cert.read_bytes()), private)  # type: ignore[arg-type]
+
+
 def identities_for(config: ProbeConfig) -> tuple[list[Identity], Identity | None]:
     """The identities the vectors use, and the load balancer's (for the control only)."""
     lb_cn, lb_issuer = _cert_names(config.lb_cert)
@@ -419,6 +446,9 @@ def identities_for(config: ProbeConfig) -> tuple[list[Identity], Identity | None
     out = [NO_CERT]
     if config.client_cert is not None:
         out.append(Identity("client", "the given client certificate", config.client_cert, config.client_key))
+    if config.client_ca_cert is not None and config.client_ca_key is not None:
+        names = [allowed, pki.FRONT_PROXY_CN, pki.LOAD_READER_CN]
+        out += client_ca_identities(_load_issued(config.client_ca_cert, config.client_ca_key), names)
     out += mint_identities(allowed, lb_issuer)
     lb = Identity("lb", "the load balancer's certificate", config.lb_cert, config.lb_key) if config.lb_cert else None
     return out, lb

@@ -23,6 +23,7 @@ import h2.exceptions
 from hpack import NeverIndexedHeaderTuple
 
 from secure_orca.errors import SecureOrcaError
+from secure_orca.orca import oob
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.probe.vectors import CLEARTEXT, Headers, Identity, Vector
 
@@ -141,10 +142,16 @@ def _request_headers(
         (b":path", path.encode()),
         (b"user-agent", USER_AGENT),
         (b"te", b"trailers"),
-        *([(b"content-type", b"application/json"), (b"content-length", str(length).encode())] if length else []),
+        *([(b"content-length", str(length).encode())] if length else []),
+        *([(b"content-type", b"application/json")] if length and not _has_content_type(extra) else []),
     ]
     # Opt-in values may hold a secret: never let HPACK index them (it also keeps timing samples comparable).
     return base + [NeverIndexedHeaderTuple(n, v) if n.lower() == OPTIN else (n, v) for n, v in extra]
+
+
+def _has_content_type(extra: Headers) -> bool:
+    """The vector sets its own content type (a gRPC call): no default one beside it."""
+    return any(name.lower() == b"content-type" for name, _ in extra)
 
 
 class H2Client:
@@ -172,9 +179,12 @@ class H2Client:
         if data:
             self.sock.sendall(data)
 
-    def get(self, path: str, extra: Headers, method: str = "GET", content: bytes = b"") -> Exchange:
+    def get(
+        self, path: str, extra: Headers, method: str = "GET", content: bytes = b"", until_data: bool = False
+    ) -> Exchange:
         """One request (a GET unless told); raises OSError/ssl.SSLError/h2 errors to the caller, returns what
-        arrived otherwise."""
+        arrived otherwise. ``until_data``: return at the response's first DATA (a stream that never ends, as a
+        served StreamCoreMetrics call, is judged by its first message)."""
         out = Exchange()
         stream = self.conn.get_next_available_stream_id()
         headers = _request_headers(self.target, path, extra, self.scheme, method, len(content))
@@ -208,6 +218,8 @@ class H2Client:
                     body += len(event.data)
                     if event.stream_id == stream and body <= MAX_BODY:
                         out.body += event.data
+                        if until_data and out.body:
+                            return out
                 elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
                     self._flush()
                     return out
@@ -258,7 +270,8 @@ def http1_request(target: Target, path: str, extra: Headers, method: str = "GET"
         b"Accept: */*",
         b"TE: trailers",
         b"Connection: close, TE",
-        *([b"Content-Type: application/json", b"Content-Length: %d" % len(content)] if content else []),
+        *([b"Content-Length: %d" % len(content)] if content else []),
+        *([b"Content-Type: application/json"] if content and not _has_content_type(extra) else []),
         *(name + b": " + value for name, value in extra),
     ]
     return b"\r\n".join(lines) + b"\r\n\r\n" + content
@@ -365,7 +378,8 @@ def exchange(connector: Connector, identity: Identity, vector: Vector) -> Exchan
             if vector.protocol == "h2" and alpn != "h2":
                 return _error("not-h2", f"server negotiated {alpn or 'no ALPN protocol'}")
             client = H2Client(sock, target)
-            result = client.get(vector.path, vector.headers, vector.method, vector.body)
+            streaming = vector.path == oob.PATH  # a served stream never ends: its first message decides
+            result = client.get(vector.path, vector.headers, vector.method, vector.body, until_data=streaming)
         else:
             sock.sendall(http1_request(target, vector.path, vector.headers, vector.method, vector.body))
             result = parse_http1_response(_recv_response(sock))

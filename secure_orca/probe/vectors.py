@@ -17,6 +17,7 @@ from typing import Any, Literal
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from secure_orca import pki
+from secure_orca.orca import oob
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 
 Protocol = Literal["h2", "http/1.1", "h2c", "http/1.1-cleartext"]
@@ -54,6 +55,15 @@ NO_CERT = Identity("none", "no client certificate")
 
 def _minted(name: str, description: str, leaf: pki.Issued) -> Identity:
     return Identity(name, description, pem=(leaf.cert_pem(), leaf.key_pem()))
+
+
+def client_ca_identities(client_ca: pki.Issued, names: Sequence[str]) -> list[Identity]:
+    """Certificates from the server's own client CA (ordinary users) named like the load balancer: the front
+    proxy's or the load reader's Common Name. A server must tell the CA apart, not just the name."""
+    return [
+        _minted(f"client-ca-{name}", f"client-CA user certificate with CN={name}", pki.issue(client_ca, name))
+        for name in dict.fromkeys(names)
+    ]
 
 
 def mint_identities(allowed_cn: str, issuer_cn: str | None = None) -> list[Identity]:
@@ -169,6 +179,36 @@ def header_variants() -> list[Variant]:
         variant("non-ascii-utf8", "UTF-8 bytes after the token", "TEXT é".encode()),
         variant("non-ascii-latin1", "raw high bytes in a secret", b"TEXT; secret=\xff\xfe\xfd"),
         variant("empty", "an empty value", b""),
+    ]
+
+
+# --- the ecosystem's spellings and the out-of-band stream --------------------------------------------------
+
+SPELLING_GROUP = "spelling"
+OOB_GROUP = "oob"
+FORMAT_HEADER = b"endpoint-load-metrics-format"  # vLLM (PR 24905) and Triton (PR 7839) read this one
+
+
+def spelling_variants() -> list[Variant]:
+    """Opt-ins other servers answer: ``endpoint-load-metrics-format`` with each format Envoy parses (TEXT, JSON,
+    BIN) and the lower-case values those servers take. Any report they get names the spelling in the verdict."""
+    values = (b"TEXT", b"JSON", b"BIN", b"text", b"json")
+    return [variant(f"format-{v.decode()}", f"{FORMAT_HEADER.decode()}: {v.decode()}", (FORMAT_HEADER, v))
+            for v in values]  # fmt: skip
+
+
+GRPC = (b"content-type", b"application/grpc")
+
+
+def oob_variants() -> list[Variant]:
+    """StreamCoreMetrics as a bypass client opens it: a plain gRPC call, with another content type, with forged
+    identity headers, with the in-band opt-in."""
+    forged = ((b"x-remote-user", FORGED_USER.encode()), (b"x-remote-group", FORGED_GROUP.encode()))
+    return [
+        variant("grpc", "StreamCoreMetrics as a gRPC call", GRPC),
+        variant("json-content-type", "StreamCoreMetrics as JSON", (b"content-type", b"application/json")),
+        variant("identity-headers", "StreamCoreMetrics with forged identity headers", GRPC, *forged),
+        variant("opt-in", "StreamCoreMetrics with the in-band opt-in", GRPC, (OPTIN, b"TEXT")),
     ]
 
 
@@ -313,6 +353,16 @@ def build_vectors(
                 out.append(_vector(v, NO_CERT, protocol, path, "path"))
     for protocol in ("h2c", "http/1.1-cleartext"):
         out.append(_vector(TEXT, NO_CERT, protocol, first, "cleartext"))  # type: ignore[arg-type]
+    for v in spelling_variants():
+        for protocol in TLS_PROTOCOLS:
+            out.append(_vector(v, NO_CERT, protocol, first, SPELLING_GROUP))
+    body = oob.request_frame(1.0)
+    grpc, *others = oob_variants()
+    for identity in identities:
+        for protocol in TLS_PROTOCOLS:
+            out.append(_vector(grpc, identity, protocol, oob.PATH, OOB_GROUP, "POST", body))
+    for v in others:
+        out.append(_vector(v, NO_CERT, "h2", oob.PATH, OOB_GROUP, "POST", body))
     for identity in identities:
         for v in impersonation_variants():
             for protocol in TLS_PROTOCOLS:
@@ -338,6 +388,7 @@ def control_vectors(
     out = [_vector(TEXT, NO_CERT, "h2", path, "control")] if header_only else []
     if lb_identity is not None:
         out.append(_vector(TEXT, lb_identity, "h2", path, "control"))
+        out.append(_vector(oob_variants()[0], lb_identity, "h2", oob.PATH, "control", "POST", oob.request_frame(1.0)))
     if lb_secret is not None:
         v = _secret_variant("secret", "the load balancer's secret", lb_secret, "redacted")
         out.append(_vector(v, NO_CERT, "h2", path, "control"))

@@ -126,6 +126,23 @@ def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[str, Any] | None:
     }
 
 
+ROTATION_KEY = "secure_orca.rotation"  # scope["extensions"] key of the connection's Rotation
+
+
+class Rotation:
+    """Tells a connection's long-lived streams (out-of-band load reports) that it rotates (GOAWAY): they end
+    with a status instead of holding the drain until it cuts them. ``started`` for a stream opened after."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.listeners: set[Callable[[], None]] = set()
+
+    def start(self) -> None:
+        self.started = True
+        for listener in list(self.listeners):
+            listener()
+
+
 class ConnectionApp:
     """Hypercorn's app wrapper for one connection: adds the TLS extension to every request scope, and rotates
     the connection gracefully after ``max_requests`` requests or, per HTTP/2 request, with ``goaway_chance``
@@ -137,6 +154,7 @@ class ConnectionApp:
         self.server = server
         self.requests = 0
         self.memo = ConnectionMemo()
+        self.rotation = Rotation()
 
     async def __call__(
         self,
@@ -149,6 +167,7 @@ class ConnectionApp:
         if scope["type"] != "http":
             return await self.inner(scope, receive, send, sync_spawn, call_soon)
         extensions: dict[str, Any] = {**(scope.get("extensions") or {}), CONNECTION_KEY: self.memo}
+        extensions[ROTATION_KEY] = self.rotation
         if self.tls is not None:
             extensions["tls"] = self.tls
         scope["extensions"] = extensions
@@ -158,6 +177,7 @@ class ConnectionApp:
             chance = self.server.goaway_chance
             if rotate or (chance and random.random() < chance):
                 await self.server.graceful_goaway()
+                self.rotation.start()
         elif rotate:
             send = _closing(send)
         return await self.inner(scope, receive, send, sync_spawn, call_soon)
@@ -331,6 +351,31 @@ def encode_headers(connection: h2.connection.H2Connection) -> None:
     setattr(connection, "send_headers", carry_report)  # noqa: B010  (this connection only)
 
 
+def end_trailers_only(connection: h2.connection.H2Connection) -> None:
+    """Send a gRPC trailers-only response as one HEADERS frame with END_STREAM (gRPC's PROTOCOL-HTTP2.md).
+
+    hypercorn 0.18 turns an ASGI ``http.response.trailers`` sent before any response into a HEADERS frame and
+    then an empty DATA frame with END_STREAM, which gRPC clients read as headers without a status (grpcio:
+    UNKNOWN, "Stream removed"). A response block whose first field after ``:status`` is ``grpc-status`` (the
+    out-of-band load report service's refusals put it there, server/oob.py) is trailers-only: it is sent with
+    END_STREAM here, and hypercorn's empty DATA that follows finds the stream closed (it already ignores that).
+    Two comparisons per response block, as ``carry_report``."""
+    send_headers = connection.send_headers
+
+    def trailers_only(stream_id: int, headers: Any, *args: Any, **kwargs: Any) -> None:
+        if (
+            type(headers) is list
+            and len(headers) > 1
+            and headers[1][0] == b"grpc-status"
+            and headers[0][0] == b":status"
+            and not args
+        ):
+            kwargs["end_stream"] = True
+        return send_headers(stream_id, headers, *args, **kwargs)
+
+    setattr(connection, "send_headers", trailers_only)  # noqa: B010  (this connection only)
+
+
 def _no_upgrade_to_h2(protocol: H11Protocol) -> None:
     """Serve ``Upgrade: h2c`` and the cleartext HTTP/2 preface as what they are over TLS: HTTP/1.1 requests
     (ALPN chose the protocol). hypercorn would answer 101 and switch."""
@@ -383,6 +428,7 @@ class TLSAwareTCPServer(TCPServer):
             _no_upgrade_to_h2(wrapper.protocol)
         if isinstance(wrapper.protocol, H2Protocol):
             encode_headers(wrapper.protocol.connection)
+            end_trailers_only(wrapper.protocol.connection)
         handle = wrapper.handle
 
         async def guarded_handle(event: Event) -> None:

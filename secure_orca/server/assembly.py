@@ -17,6 +17,7 @@ from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
 from secure_orca.server.middleware import Authority, LoadReportMiddleware
+from secure_orca.server.oob import OobService
 from secure_orca.server.proxy import ProxyApp
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler
@@ -35,6 +36,7 @@ class Server:
     options: ServerOptions
     reloader: Reloader
     metrics: Metrics | None
+    oob: OobService | None = None  # StreamCoreMetrics in front of ``app`` (docs/out-of-band.md)
 
     @classmethod
     def assemble(cls, config: ServeConfig, verbose: bool = False) -> Server:
@@ -48,13 +50,25 @@ class Server:
             app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
         context = make_server_context(material.serving, material.anchors())
         authentication = app.app if isinstance(app.app, AuthenticationMiddleware) else None
+        oob = None
+        if config.oob is not None:
+            bounds = config.oob
+            oob = OobService(
+                app,
+                app,
+                sampler,
+                decimals=config.decimals,
+                min_interval=bounds.min_interval,
+                max_streams=bounds.max_streams,
+                max_per_connection=bounds.max_per_connection,
+            )
         reloader = Reloader(
             loader.sources(config.files),
             material,
             seen,
             context,
             app,
-            metrics.on_reload if metrics else None,
+            _both(metrics.on_reload if metrics else None, oob.reloaded if oob else None),
             authentication.trust_clients if authentication else None,
         )
         options = ServerOptions(
@@ -65,20 +79,43 @@ class Server:
             goaway_chance=config.goaway_chance,
             access_log=verbose,
         )
-        return cls(config, sampler, app, proxy, options, reloader, metrics)
+        return cls(config, sampler, app, proxy, options, reloader, metrics, oob)
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
         """Serve until ``shutdown_trigger`` returns; the sampler and the reloader run on this loop."""
         if self.config.enabled:
             self.sampler.start()
         reloading = asyncio.create_task(self.reloader.run(self.config.reload_interval))
+        oob = self.oob
+
+        async def trigger() -> Any:
+            try:
+                return await shutdown_trigger()
+            finally:
+                if oob is not None:
+                    oob.shutdown()  # open streams end with a status before the connections drain
+
         try:
-            await serve(self.app, self.options, shutdown_trigger)
+            await serve(oob or self.app, self.options, trigger)
         finally:
             reloading.cancel()
             self.sampler.stop()
             if self.proxy is not None:
                 await self.proxy.aclose()
+
+def _both(
+    first: Callable[[str, bool], None] | None, second: Callable[[str, bool], None] | None
+) -> Callable[[str, bool], None] | None:
+    """One reload callback calling each given one."""
+    if first is None or second is None:
+        return first or second
+
+    def both(flag: str, ok: bool) -> None:
+        first(flag, ok)
+        second(flag, ok)
+
+    return both
+
 
 def verifications(app: LoadReportMiddleware) -> int:
     """Client chains verified so far by the trust in force."""

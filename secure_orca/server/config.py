@@ -58,6 +58,41 @@ class ServeConfig:
     demo_work: bool = False
     notes: list[str] = field(default_factory=list)
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
+    oob: OobConfig | None = None  # StreamCoreMetrics on the serving port (docs/out-of-band.md); None: off
+
+
+@dataclass(frozen=True)
+class OobConfig:
+    """--endpoint-load-metrics-oob-*: the out-of-band stream's interval floor and its bounds."""
+
+    min_interval: float = 1.0
+    max_streams: int = 64
+    max_per_connection: int = 4
+
+
+CERTIFICATE_MODES = frozenset({Mode.FRONT_PROXY, Mode.LOAD_READER})
+
+
+def _oob(args: argparse.Namespace, enabled: bool, modes: frozenset[Mode], interval: float) -> OobConfig | None:
+    """The out-of-band service's settings: on with the feature and a certificate mode, unless turned off."""
+    switch = _flag(
+        "--endpoint-load-metrics-oob", lambda: parse_bool(getattr(args, "endpoint_load_metrics_oob", "true"))
+    )
+    floor = _flag(
+        "--endpoint-load-metrics-oob-min-interval",
+        lambda: parse_duration(getattr(args, "endpoint_load_metrics_oob_min_interval", "1s")),
+    )
+    if not 0.01 <= floor <= 3600:
+        raise UsageError("--endpoint-load-metrics-oob-min-interval: must be between 10ms and 1h")
+    total = getattr(args, "endpoint_load_metrics_oob_max_streams", 64)
+    per_connection = getattr(args, "endpoint_load_metrics_oob_max_streams_per_connection", 4)
+    if not 1 <= total <= 10000:
+        raise UsageError("--endpoint-load-metrics-oob-max-streams: must be between 1 and 10000")
+    if not 1 <= per_connection <= total:
+        raise UsageError("--endpoint-load-metrics-oob-max-streams-per-connection: must be between 1 and the total")
+    if not (switch and enabled and modes & CERTIFICATE_MODES):
+        return None
+    return OobConfig(max(floor, interval), total, per_connection)  # never faster than the sampler
 
 
 def _use_dev_pki(args: argparse.Namespace, notes: list[str]) -> None:
@@ -211,6 +246,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         demo_work=bool(getattr(args, "demo_work", False)),
         notes=notes,
         authentication=authentication,
+        oob=_oob(args, enabled, frozenset(m for m in modes if usable[m]), interval),
     )
 
 

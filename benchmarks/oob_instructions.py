@@ -1,0 +1,138 @@
+"""Instructions per streamed report of StreamCoreMetrics, under callgrind on a real ``serve`` (docs/out-of-band.md).
+
+    python -m benchmarks.oob_instructions --long 60 --short 20 --repeats 3
+    python -m benchmarks.oob_instructions --per-request --repeats 3     # what the mounted service adds per request
+
+The counted server (``secure_orca.lab.instrcount``: pinned hash seed, UUIDs, Date clock, sampler timer, GC) serves
+the stream with a 10 ms floor. Each window opens one stream with the load-reader certificate on a new TLS
+connection, reads N reports, cancels the stream and closes the connection; a window of ``--long`` reports minus one
+of ``--short`` reports, over the difference, is the cost of one report: the timer's wake-up, the entitlement
+re-check, the send through hypercorn, h2 and TLS. Opening, refusing nothing, cancelling and closing cancel out.
+The pinned sampler never ticks, so every report is the same cached frame: serializing a sample (once per sample,
+shared by all streams) is not in the figure.
+
+``--per-request``: instructions per ordinary request (``/healthz``, the load reader's certificate with the opt-in,
+one connection, h2load -c 1 -m 1; a run of 600 minus a run of 100, over 500) on a server with the stream on and on
+one with ``--endpoint-load-metrics-oob=false``, same flags otherwise: what serving the stream costs the data path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import h2.config
+import h2.connection
+import h2.events
+
+from benchmarks.oob_wire import CountingTLS
+from secure_orca import pki
+from secure_orca.lab import instrcount
+from secure_orca.lab import launcher as lb
+from secure_orca.lab import replicas as launch
+from secure_orca.lab.loadgen import Identity
+from secure_orca.orca import oob
+
+
+def read_reports(server: instrcount.CountedServer, dev: pki.DevPKI, count: int) -> None:
+    """One stream on a new connection: ``count`` reports, then cancel and close."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(dev.cert("ca")))
+    context.set_alpn_protocols(["h2"])
+    context.load_cert_chain(dev.cert("load_reader_client"), dev.key("load_reader_client"))
+    conn = CountingTLS(server.host, server.port, context)
+    h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    h2c.initiate_connection()
+    stream = h2c.get_next_available_stream_id()
+    headers = [
+        (b":method", b"POST"),
+        (b":scheme", b"https"),
+        (b":authority", b"localhost"),
+        (b":path", oob.PATH_BYTES),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+    ]
+    h2c.send_headers(stream, headers)
+    h2c.send_data(stream, oob.request_frame(0.01), end_stream=True)
+    conn.send(h2c.data_to_send())
+    got = 0
+    while got < count:
+        for event in h2c.receive_data(conn.recv()):
+            if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
+                h2c.acknowledge_received_data(event.flow_controlled_length, stream)
+                got += 1
+        conn.send(h2c.data_to_send())
+    h2c.reset_stream(stream)
+    h2c.close_connection()
+    conn.send(h2c.data_to_send())
+    conn.sock.close()
+
+
+def measure(long: int, short: int, repeats: int, layout: int = 0) -> list[float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        dev = pki.generate(work / "pki")
+        flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", "10ms")
+        args = instrcount.serve_args(launch.serve_argv(dev, flags, demo_work=False))
+        with instrcount.counted_server(args, work / "callgrind.out", layout=layout) as server:
+            server.control("--instr=on")
+            read_reports(server, dev, short)  # warm-up: imports and first-use caches
+            for r in range(repeats):
+                for label, count in (("long", long), ("short", short)):
+                    with server.window(f"oob,{label},{r}"):
+                        read_reports(server, dev, count)
+            totals = server.totals()
+        return [(totals[f"oob,long,{r}"] - totals[f"oob,short,{r}"]) / (long - short) for r in range(repeats)]
+
+
+def per_request(repeats: int, long: int = 600, short: int = 100) -> dict[str, list[float]]:
+    """Instructions per request with the stream on and off (same server flags otherwise), repeat by repeat."""
+    out: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        dev = pki.generate(work / "pki")
+        client = Identity("lb", dev.cert("load_reader_client"), dev.key("load_reader_client"), "TEXT")
+        for name, extra in (("on", ()), ("off", ("--endpoint-load-metrics-oob=false",))):
+            flags = lb.replica_flags(dev, "load-reader", *extra)
+            args = instrcount.serve_args(launch.serve_argv(dev, flags, demo_work=False))
+            totals: dict[str, int] = {}
+            for r in range(repeats):
+                with instrcount.counted_server(args, work / f"{name}{r}.out", layout=r) as server:
+                    server.control("--instr=on")
+                    instrcount.requests(server, client, short, "/healthz", work)  # warm-up
+                    for count in (long, short):
+                        with server.window(f"{name},{count},{r}"):
+                            instrcount.requests(server, client, count, "/healthz", work)
+                    totals |= server.totals()
+            out[name] = [(totals[f"{name},{long},{r}"] - totals[f"{name},{short},{r}"]) / (long - short)
+                         for r in range(repeats)]  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--long", type=int, default=60)
+    parser.add_argument("--short", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--per-request", action="store_true", help="the data path's cost, stream on vs off")
+    args = parser.parse_args()
+    missing = instrcount.valgrind_available()
+    if missing:
+        raise SystemExit(missing)
+    if args.per_request:
+        counts = per_request(args.repeats)
+        for name, values in counts.items():
+            print(f"stream {name}: instructions per request", ", ".join(f"{v:,.0f}" for v in values))
+        ratios = [on / off for on, off in zip(counts["on"], counts["off"], strict=True)]
+        print("on / off by layout:", ", ".join(f"{v:.4f}" for v in ratios))
+        return
+    per_report = measure(args.long, args.short, args.repeats)
+    print("instructions per streamed report:", ", ".join(f"{v:,.0f}" for v in per_report))
+    print(f"median {statistics.median(per_report):,.0f}")
+
+
+if __name__ == "__main__":
+    main()

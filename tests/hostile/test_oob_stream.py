@@ -1,0 +1,102 @@
+"""Hostile clients of StreamCoreMetrics, frame by frame over real TLS and HTTP/2: refusals read nothing of the
+body and keep the connection serving, an announced oversized message is refused at its prefix, and a cancelled
+stream gives its slot back (a client cannot exhaust the bounds by resetting)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+import h2.events
+import pytest
+
+from secure_orca import pki
+from secure_orca.lab import launcher as lb
+from secure_orca.lab import replicas as launch
+from secure_orca.orca import oob
+
+from .h2client import H2Client
+
+GRPC = [("content-type", "application/grpc"), ("te", "trailers")]
+
+
+@pytest.fixture(scope="module")
+def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
+    flags = lb.replica_flags(
+        dev_pki,
+        "front-proxy,load-reader",
+        "--endpoint-load-metrics-oob-min-interval",
+        "100ms",
+        "--endpoint-load-metrics-oob-max-streams-per-connection",
+        "2",
+    )
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (started,):
+        yield started
+
+
+def connect(replica: launch.Replica, dev: pki.DevPKI, role: str | None) -> tuple[H2Client, dict[int, dict[str, str]]]:
+    """A client whose response headers and trailers are recorded per stream (names and values as text)."""
+    client = H2Client.connect(replica, dev.cert("ca"), (dev.cert(role), dev.key(role)) if role else None)
+    seen: dict[int, dict[str, str]] = defaultdict(dict)
+    receive = client.conn.receive_data
+
+    def tap(data: bytes) -> list[h2.events.Event]:
+        events = receive(data)
+        for event in events:
+            if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                seen[event.stream_id].update((str(n), str(v)) for n, v in event.headers)
+        return events
+
+    client.conn.receive_data = tap  # type: ignore[method-assign]
+    return client, seen
+
+
+def test_a_refusal_reads_no_body_and_the_connection_serves_on(replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
+    """A bypass client (no certificate) opens the stream and then pushes 32 KiB on it, 20 times (640 KiB): each
+    was answered trailers-only before any of it, and the same connection answers a request after each."""
+    client, seen = connect(replica, dev_pki, None)
+    try:
+        for _ in range(20):
+            stream = client.start("POST", oob.PATH, GRPC)
+            assert client.pump_until_ended(stream)
+            assert seen[stream]["grpc-status"] == "16" and client.streams[stream].body == b""
+            for _ in range(2):  # within the connection window h2 reopens after each round
+                client.data(stream, b"\0" * 16384, end=False)  # after the refusal: acknowledged, then reset
+            probe = client.start("GET", "/healthz", end=True)  # reading its answer reads the WINDOW_UPDATEs too
+            assert client.pump_until_ended(probe) and client.streams[probe].status == 200
+    finally:
+        client.close()
+
+
+def test_an_oversized_message_is_refused_at_its_prefix(replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
+    client, seen = connect(replica, dev_pki, "load_reader_client")
+    try:
+        stream = client.start("POST", oob.PATH, GRPC)
+        client.data(stream, b"\0" + (1 << 30).to_bytes(4, "big"), end=False)  # announces 1 GiB, sends 5 bytes
+        assert client.pump_until_ended(stream)
+        assert seen[stream]["grpc-status"] == str(int(oob.Status.RESOURCE_EXHAUSTED))
+        assert client.streams[stream].body == b""
+    finally:
+        client.close()
+
+
+def test_cancelled_streams_give_their_slots_back(replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
+    """Bound 2 per connection: open 2, cancel both, three times over; every new pair is served a report."""
+    client, seen = connect(replica, dev_pki, "load_reader_client")
+    try:
+        for _ in range(3):
+            pair = [client.start("POST", oob.PATH, GRPC) for _ in range(2)]
+            for stream in pair:
+                client.data(stream, oob.request_frame(0.1))
+            done = lambda pair=pair: all(client.streams[s].body or client.streams[s].ended for s in pair)  # noqa: E731
+            assert client.pump_until(done)  # type: ignore[arg-type]
+            assert [seen[s].get("grpc-status") for s in pair] == [None, None]  # not RESOURCE_EXHAUSTED (8)
+            assert all(oob.parse_report(client.streams[s].body) is not None for s in pair)
+            for stream in pair:
+                client.reset(stream)
+        third = client.start("POST", oob.PATH, GRPC)
+        client.data(third, oob.request_frame(0.1))
+        assert client.pump_until(lambda: bool(client.streams[third].body) or client.streams[third].ended)
+        assert "grpc-status" not in seen[third]  # served, not RESOURCE_EXHAUSTED
+    finally:
+        client.close()
