@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -261,6 +262,30 @@ def make(
     else:
         cert = builder.sign(signer, hash_algorithm or hashes.SHA256())
     return Node(cert.public_bytes(serialization.Encoding.DER), key)
+
+
+def rsa_key_with_exponent(exponent: int, bits: int = 2048) -> rsa.RSAPrivateKey:
+    """An RSA key with any odd public exponent (cryptography generates only 3 and 65537)."""
+    while True:
+        base = rsa.generate_private_key(65537, bits).private_numbers()
+        p, q = base.p, base.q
+        order = math.lcm(p - 1, q - 1)
+        if math.gcd(exponent, order) == 1:
+            break
+    d = pow(exponent, -1, order)
+    public = rsa.RSAPublicNumbers(exponent, p * q)
+    return rsa.RSAPrivateNumbers(p, q, d, d % (p - 1), d % (q - 1), pow(q, -1, p), public).private_key()
+
+
+def rsa_public_key_info(modulus: int, exponent: int) -> bytes:
+    """A SubjectPublicKeyInfo for any RSA modulus and exponent (no private key needed)."""
+    raw_key = tlv(der.SEQUENCE, _integer(modulus) + _integer(exponent))
+    return tlv(der.SEQUENCE, algorithm_der_null("1.2.840.113549.1.1.1") + tlv(der.BIT_STRING, b"\0" + raw_key))
+
+
+GO_MAX_EXPONENT = (1 << 31) - 1  # crypto/internal/fips140/rsa checkPublicKey
+PRIME_ABOVE_GO_MAX = 2147483659  # the first prime above 2^31
+LARGEST_PRIME_BELOW_2_63 = (1 << 63) - 25
 
 
 def root(name: str = "requestheader-ca", **options: object) -> Node:
@@ -747,6 +772,24 @@ def _algorithm_cases(c: Corpus) -> None:
     c.add("algorithms/rsa1024-root", [small], [leaf(small)])
     odd_exponent = root(key=rsa.generate_private_key(3, 2048))
     c.add("algorithms/rsa-exponent-3-root", [odd_exponent], [leaf(odd_exponent)])
+    # Go refuses an RSA exponent above 2^31-1 before any modular exponentiation (issue 21 rows 2 and 6).
+    for label, exponent in (
+        ("2^31-1", GO_MAX_EXPONENT),
+        ("2^31+11", PRIME_ABOVE_GO_MAX),
+        ("2^63-25", LARGEST_PRIME_BELOW_2_63),
+    ):
+        big_e = root(f"rsa-e-{label}", key=rsa_key_with_exponent(exponent))
+        c.add(f"algorithms/rsa-root-exponent-{label}", [big_e], [leaf(big_e)])
+        mid_e = make(f"rsa-e-{label}-intermediate", ca, ca=True, key=rsa_key_with_exponent(exponent))
+        c.add(f"algorithms/rsa-intermediate-exponent-{label}", [ca], [leaf(mid_e), mid_e])
+    # crypto/tls refuses a presented certificate whose RSA key is over 8192 bits (handshake_server.go).
+    for bits in (8192, 8194):
+        modulus = (1 << (bits - 1)) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << (bits - 2))) | 1
+        c.add(
+            f"algorithms/rsa-leaf-{bits}-bits",
+            [ca],
+            [resign(leaf(ca), ca.key, set_field(SPKI, rsa_public_key_info(modulus, 65537)))],
+        )
     c.add("algorithms/rsa-leaf-key", [ca], [leaf(ca, key=rsa.generate_private_key(65537, 2048))])
     ed_root = root(key=ed25519.Ed25519PrivateKey.generate())
     c.add("algorithms/ed25519-root-and-leaf", [ed_root], [leaf(ed_root, key=ed25519.Ed25519PrivateKey.generate())])

@@ -46,11 +46,12 @@ class ChainCache:
 
     @staticmethod
     def key(chain: tuple[str, ...]) -> bytes:
-        digest = hashlib.sha256()
-        for pem in chain:
-            digest.update(pem.encode("latin-1", "replace"))
-            digest.update(b"\0")
-        return digest.digest()
+        """The leaf and the multiset of intermediates: reordering the intermediates gives the same key (the
+        verifier puts them in one order), repeating one does not."""
+        if not chain:
+            return hashlib.sha256(b"").digest()
+        parts = [hashlib.sha256(pem.encode("latin-1", "replace")).digest() for pem in chain]
+        return hashlib.sha256(b"".join([parts[0], *sorted(parts[1:])])).digest()
 
     def _verify(self, chain: tuple[str, ...], now: dt.datetime) -> _Cached:
         if len(chain) > MAX_CHAIN_CERTS:

@@ -37,6 +37,9 @@ class Failure(StrEnum):
 
 
 _FAILURES = {"expired": Failure.EXPIRED, "eku": Failure.EKU, "untrusted": Failure.UNTRUSTED}
+# Go's crypto/tls ends the handshake when a presented certificate's RSA key is over 8192 bits
+# (handshake_server.go processCertsFromClient, defaultMaxRSAKeySize in handshake_client.go, Go 1.26.0).
+MAX_PRESENTED_RSA_BITS = 8192
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class ChainVerifier:
             raise ValueError("the CA bundle holds a certificate Go cannot parse") from None
         self.allowed_names = frozenset(allowed_names)
         self.verifications = 0  # how often a chain was verified (once per connection, not per request)
+        self.signature_operations = 0  # public-key operations those verifications ran
 
     def verify(self, chain: Sequence[x509.Certificate], now: dt.datetime) -> ChainResult:
         """``chain`` is what the client presented, leaf first."""
@@ -94,7 +98,12 @@ class ChainVerifier:
             presented = [parse_certificate(der) for der in chain]
         except ValueError:
             return UNTRUSTED
-        outcome = verify_chain(presented[0], presented[1:], self._roots, now)
+        if any(c.rsa is not None and c.rsa[0].bit_length() > MAX_PRESENTED_RSA_BITS for c in presented):
+            return UNTRUSTED
+        # The intermediates in one canonical order: the verdict is the same whatever order the client chose.
+        intermediates = sorted(presented[1:], key=lambda cert: cert.raw)
+        outcome = verify_chain(presented[0], intermediates, self._roots, now)
+        self.signature_operations += outcome.operations
         if not outcome.chains:
             return ChainResult(False, _FAILURES[outcome.failure])
         if self.allowed_names and presented[0].common_name not in self.allowed_names:

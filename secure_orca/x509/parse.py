@@ -110,6 +110,7 @@ class GoCertificate:
     not_before: dt.datetime
     not_after: dt.datetime
     ext: Extensions
+    rsa: tuple[int, int] | None = None  # (modulus, public exponent) of an RSA key
 
 
 # --- parsing (Go's ParseCertificate) -------------------------------------------------------------------------
@@ -189,9 +190,10 @@ def _time(reader: Reader) -> dt.datetime:
     return when.astimezone(dt.UTC)
 
 
-def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> None:
+def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> tuple[int, int] | None:
     """Go's parsePublicKey: a key of an algorithm Go knows must parse, or the whole certificate is refused.
-    ``params`` is the whole parameters element (None when absent), ``key`` the subjectPublicKey bits."""
+    ``params`` is the whole parameters element (None when absent), ``key`` the subjectPublicKey bits. Returns
+    an RSA key's (modulus, exponent)."""
     if key_oid == KEY_RSA:
         if params != b"\x05\x00":
             raise Malformed("RSA key without NULL parameters")
@@ -199,11 +201,11 @@ def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> N
         modulus, exponent = body.integer(), body.integer()
         if modulus <= 0 or not 0 < exponent < 1 << 63:
             raise Malformed("RSA key")
-        return
+        return modulus, exponent
     if key_oid in (KEY_ED25519, KEY_X25519):
         if params is not None or len(key) != 32:
             raise Malformed("Edwards/Montgomery key")
-        return
+        return None
     if key_oid == KEY_EC:
         if params is None or Reader(params).oid() not in _GO_CURVES:
             raise Malformed("unsupported elliptic curve")
@@ -214,6 +216,7 @@ def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> N
             serialization.load_der_public_key(spki)
         except (ValueError, UnsupportedAlgorithm):
             raise Malformed("public key") from None
+    return None
 
 
 def _general_names(reader: Reader) -> Iterator[tuple[int, bytes]]:
@@ -566,7 +569,7 @@ def parse_certificate(data: bytes) -> GoCertificate:
     params_tag = key_algorithm.peek()
     key_params = None if params_tag is None else key_algorithm.element(params_tag)
     key_bits, _ = spki.bit_string()
-    _check_key(key_oid, key_params, key_bits, raw_spki)
+    rsa_key = _check_key(key_oid, key_params, key_bits, raw_spki)
     fields = Extensions()
     if version > 1:
         tbs.optional(der.context(1))
@@ -599,4 +602,5 @@ def parse_certificate(data: bytes) -> GoCertificate:
         not_before=not_before,
         not_after=not_after,
         ext=fields,
+        rsa=rsa_key,
     )

@@ -35,6 +35,11 @@ from secure_orca.x509.parse import (
 )
 
 MAX_SIGNATURE_CHECKS = 100  # Go's maxChainSignatureChecks
+# Go 1.26.0 refuses these RSA keys before any modular exponentiation: crypto/rsa/rsa.go checkKeySize (below 1024
+# bits, GODEBUG rsa1024min), crypto/internal/fips140/rsa/rsa.go checkPublicKey (an even modulus, an exponent
+# below 2, even, or above 2^31-1).
+MIN_RSA_BITS = 1024
+MAX_RSA_EXPONENT = (1 << 31) - 1
 _KNOWN_KEYS = frozenset({KEY_RSA, KEY_EC, KEY_ED25519, KEY_X25519, KEY_DSA})
 _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "2.16.840.1.101.3.4.2.1": hashes.SHA256,
@@ -87,33 +92,50 @@ class Outcome:
 
     chains: tuple[tuple[GoCertificate, ...], ...] = ()
     failure: str = ""
+    operations: int = 0  # public-key operations run (signature checks that reached the key)
 
 
 def _valid_at(cert: GoCertificate, now: dt.datetime) -> bool:
     return cert.not_before <= now <= cert.not_after
 
 
-def check_signature(child: GoCertificate, parent: GoCertificate) -> bool:
-    """Go's CheckSignatureFrom (SHA-1 and MD5 refused, RSA keys below 1024 bits refused)."""
+def rsa_key_usable(cert: GoCertificate) -> bool:
+    """Whether Go's crypto/rsa would run a public-key operation with this certificate's RSA key at all."""
+    if cert.rsa is None:
+        return False
+    modulus, exponent = cert.rsa
+    return (
+        modulus & 1 == 1
+        and modulus.bit_length() >= MIN_RSA_BITS
+        and 2 <= exponent <= MAX_RSA_EXPONENT
+        and exponent & 1 == 1
+    )
+
+
+def check_signature(child: GoCertificate, parent: GoCertificate, operations: list[int] | None = None) -> bool:
+    """Go's CheckSignatureFrom (SHA-1 and MD5 refused, RSA keys Go's crypto/rsa refuses refused before any
+    operation). ``operations[0]`` counts the public-key operations run."""
     ext = parent.ext
     if (parent.version == 3 and not ext.basic_constraints_valid) or (ext.basic_constraints_valid and not ext.is_ca):
         return False
     if ext.key_usage and not ext.key_usage & KEY_USAGE_CERT_SIGN:
         return False
-    if parent.key_oid not in _KNOWN_KEYS:
+    if parent.key_oid not in _KNOWN_KEYS or (parent.key_oid == KEY_RSA and not rsa_key_usable(parent)):
         return False
+    if operations is not None:
+        operations[0] += 1
     try:
         key = serialization.load_der_public_key(parent.raw_spki)
         if child.signature_oid == _RSA_PSS:
             hash_type = _pss_hash(child.signature_params)
-            if not isinstance(key, rsa.RSAPublicKey) or key.key_size < 1024:
+            if not isinstance(key, rsa.RSAPublicKey):
                 return False
             algorithm = hash_type()
             pss = padding.PSS(mgf=padding.MGF1(algorithm), salt_length=algorithm.digest_size)
             key.verify(child.signature, child.tbs, pss, algorithm)
             return True
         key_oid, hash_class = _SIGNATURES[child.signature_oid]
-        if key_oid == KEY_RSA and isinstance(key, rsa.RSAPublicKey) and hash_class and key.key_size >= 1024:
+        if key_oid == KEY_RSA and isinstance(key, rsa.RSAPublicKey) and hash_class:
             key.verify(child.signature, child.tbs, padding.PKCS1v15(), hash_class())
         elif key_oid == KEY_EC and isinstance(key, ec.EllipticCurvePublicKey) and hash_class:
             key.verify(child.signature, child.tbs, ec.ECDSA(hash_class()))
@@ -159,7 +181,12 @@ def _ca_valid(cert: GoCertificate, intermediate: bool, chain: Sequence[GoCertifi
 
 
 def _build(
-    chain: tuple[GoCertificate, ...], roots: Pool, intermediates: Pool, now: dt.datetime, checks: list[int]
+    chain: tuple[GoCertificate, ...],
+    roots: Pool,
+    intermediates: Pool,
+    now: dt.datetime,
+    checks: list[int],
+    operations: list[int],
 ) -> list[tuple[GoCertificate, ...]]:
     found: list[tuple[GoCertificate, ...]] = []
     child = chain[-1]
@@ -171,10 +198,10 @@ def _build(
         checks[0] += 1
         if checks[0] > MAX_SIGNATURE_CHECKS:
             continue
-        if not check_signature(child, candidate) or not _ca_valid(candidate, intermediate, chain, now):
+        if not check_signature(child, candidate, operations) or not _ca_valid(candidate, intermediate, chain, now):
             continue
         if intermediate:
-            found += _build((*chain, candidate), roots, intermediates, now, checks)
+            found += _build((*chain, candidate), roots, intermediates, now, checks, operations)
         else:
             found.append((*chain, candidate))
     return found
@@ -222,11 +249,16 @@ def verify(leaf: GoCertificate, intermediates: Sequence[GoCertificate], roots: P
         return Outcome(failure="untrusted")
     if not _valid_at(leaf, now):
         return Outcome(failure="expired")
-    candidates = [(leaf,)] if roots.contains(leaf) else _build((leaf,), roots, Pool(intermediates), now, [0])
+    operations = [0]
+    candidates: list[tuple[GoCertificate, ...]]
+    if roots.contains(leaf):
+        candidates = [(leaf,)]
+    else:
+        candidates = _build((leaf,), roots, Pool(intermediates), now, [0], operations)
     if not candidates:
-        return Outcome(failure="untrusted")
+        return Outcome(failure="untrusted", operations=operations[0])
     usable = [c for c in candidates if _policies_valid(c) and _eku_allows_client(c) and constraints_hold(c)]
     if usable:
-        return Outcome(tuple(usable))
+        return Outcome(tuple(usable), operations=operations[0])
     eku_only = any(_policies_valid(c) and not _eku_allows_client(c) for c in candidates)
-    return Outcome(failure="eku" if eku_only else "untrusted")
+    return Outcome(failure="eku" if eku_only else "untrusted", operations=operations[0])

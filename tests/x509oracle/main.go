@@ -3,7 +3,8 @@
 // Mirrors k8s.io/apiserver commit 24a394e516bfda066d7e2221d7d92c052de27c54 (go.mod: go 1.26.0):
 //   - pkg/server/dynamiccertificates: the requestheader CA bundle becomes the Roots pool through client-go's
 //     cert.NewPoolFromBytes (PEM "CERTIFICATE" blocks without headers; any unparsable one fails the bundle);
-//   - crypto/tls: every presented certificate goes through x509.ParseCertificate (a failure ends the handshake);
+//   - crypto/tls: every presented certificate goes through x509.ParseCertificate (a failure ends the handshake),
+//     and one whose RSA key is over 8192 bits ends it too (handshake_server.go, defaultMaxRSAKeySize);
 //   - pkg/authentication/request/x509 Verifier.AuthenticateRequest: Verify with the rest of the chain as
 //     Intermediates, KeyUsages [ClientAuth], then Subject.CommonName against the allowed names.
 //
@@ -12,6 +13,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -78,6 +80,12 @@ func decide(c testCase) verdict {
 		cert, err := x509.ParseCertificate(der)
 		if err != nil {
 			out.Detail = "tls: failed to parse client certificate: " + err.Error()
+			return out
+		}
+		// crypto/tls handshake_server.go processCertsFromClient: an RSA key over defaultMaxRSAKeySize (8192 bits,
+		// handshake_client.go) ends the handshake.
+		if key, ok := cert.PublicKey.(*rsa.PublicKey); ok && key.N.BitLen() > 8192 {
+			out.Detail = "tls: client sent certificate containing RSA key larger than 8192 bits"
 			return out
 		}
 		peer = append(peer, cert)
