@@ -34,12 +34,6 @@ class Checks:
     recheck: int = FOREVER
 
 
-def _window(result: ChainResult) -> tuple[int, int]:
-    if result.valid_from is None or result.valid_until is None:
-        return (1, 0)
-    return (microseconds(result.valid_from), microseconds(result.valid_until))
-
-
 class ConnectionMemo:
     """Per-connection memory (the server puts one in every request scope of a connection).
 
@@ -73,7 +67,12 @@ class ConnectionMemo:
         self.authority, self.identity, self.reader = authority, checks.identity, checks.reader
         self.optin, self.since, self.until = b"", 0, -1  # no decision yet: nothing to reuse
         self.recheck = checks.recheck
-        self.windows = tuple(_window(r) for r in (checks.identity, checks.reader) if r.ok)
+        self.windows = tuple(
+            (microseconds(start), microseconds(end))
+            for result in (checks.identity, checks.reader)
+            if result.ok
+            for start, end in result.windows
+        )
         self.timed = bool(self.windows) or self.recheck < FOREVER
 
     def steady(self, now: int) -> tuple[int, int]:

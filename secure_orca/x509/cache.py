@@ -61,6 +61,8 @@ class ChainCache:
         except ValueError:
             return _Cached(UNTRUSTED, NEVER)
         # DER straight to the verifier: it reads certificates as Go does, whatever cryptography thinks.
+        # A result keeps the window of every chain found, so it answers as a new verification would until a
+        # certificate becomes valid (only then can Go find a chain it did not find now): verify again then.
         result = self.verifier.verify_der(ders, now)
         return _Cached(result, _next_not_before(ders, now))
 

@@ -42,19 +42,21 @@ _FAILURES = {"expired": Failure.EXPIRED, "eku": Failure.EKU, "untrusted": Failur
 MAX_PRESENTED_RSA_BITS = 8192
 
 
+Window = tuple[dt.datetime, dt.datetime]  # from notBefore to notAfter, both included
+
+
 @dataclass(frozen=True)
 class ChainResult:
-    """The outcome of verifying one connection's certificate chain; ``valid_until`` bounds its reuse."""
+    """The outcome of verifying one connection's certificate chain. ``windows``: one per verified chain, the
+    time in which every certificate of that chain is valid; the grant holds while any of them does (Go builds
+    chains at the current time, so a CA renewed with the same key keeps a chain once the old one expires)."""
 
     ok: bool
     failure: Failure | None = None  # None exactly when ok
-    valid_from: dt.datetime | None = None
-    valid_until: dt.datetime | None = None
+    windows: tuple[Window, ...] = ()
 
     def holds_at(self, now: dt.datetime) -> bool:
-        if not self.ok or self.valid_from is None or self.valid_until is None:
-            return False
-        return self.valid_from <= now <= self.valid_until
+        return self.ok and any(start <= now <= end for start, end in self.windows)
 
 
 NO_CERTIFICATE = ChainResult(False, Failure.NO_CERTIFICATE)
@@ -108,11 +110,9 @@ class ChainVerifier:
             return ChainResult(False, _FAILURES[outcome.failure])
         if self.allowed_names and presented[0].common_name not in self.allowed_names:
             return ChainResult(False, Failure.NAME_NOT_ALLOWED)
-        # The grant holds while every certificate of one verified chain is valid.
-        verified = outcome.chains[0]
-        valid_from = max(cert.not_before for cert in verified)
-        valid_until = min(cert.not_after for cert in verified)
-        return ChainResult(True, None, valid_from, valid_until)
+        # The grant holds while every certificate of some verified chain is valid.
+        windows = {(max(c.not_before for c in chain), min(c.not_after for c in chain)) for chain in outcome.chains}
+        return ChainResult(True, None, tuple(sorted(windows)))
 
 
 def shares_ca(client_cas: Sequence[x509.Certificate], requestheader_cas: Sequence[x509.Certificate]) -> bool:
