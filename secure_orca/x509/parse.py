@@ -50,7 +50,7 @@ _GO_CURVES = frozenset({"1.3.132.0.33", "1.2.840.10045.3.1.7", "1.3.132.0.34", "
 _PRINTABLE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'()+,-./:=? *&")
 
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPConstraint = tuple[bytes, bytes]  # (address, mask) as the extension holds them: Go does not mask the address
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Subtrees:
     dns: list[str] = field(default_factory=list)
     uri: list[str] = field(default_factory=list)
     email: list[str] = field(default_factory=list)
-    ip: list[IPNetwork] = field(default_factory=list)
+    ip: list[IPConstraint] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -282,8 +282,9 @@ def _name_constraints(value: bytes) -> tuple[NameConstraints, bool]:
     return NameConstraints(subtrees(permitted), subtrees(excluded)), unhandled
 
 
-def _ip_constraint(item: bytes) -> IPNetwork:
-    """address + contiguous mask, 8 or 32 bytes."""
+def _ip_constraint(item: bytes) -> IPConstraint:
+    """Go's parseNameConstraintsExtension: address and contiguous mask, 8 or 32 bytes; the address is kept as
+    written, bits beyond the mask included (parser.go, Go 1.26.0)."""
     if len(item) not in (8, 32):
         raise Malformed("IP constraint length")
     half = len(item) // 2
@@ -291,10 +292,7 @@ def _ip_constraint(item: bytes) -> IPNetwork:
     prefix = bin(mask).count("1")
     if mask != ((1 << (8 * half)) - 1) ^ ((1 << (8 * half - prefix)) - 1):
         raise Malformed("IP constraint mask")
-    address = int.from_bytes(item[:half], "big") & mask
-    if half == 4:
-        return ipaddress.IPv4Network((address, prefix))
-    return ipaddress.IPv6Network((address, prefix))
+    return item[:half], item[half:]
 
 
 def is_ip(text: str) -> bool:

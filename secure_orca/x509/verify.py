@@ -122,6 +122,8 @@ def check_signature(child: GoCertificate, parent: GoCertificate, operations: lis
         return False
     if parent.key_oid not in _KNOWN_KEYS or (parent.key_oid == KEY_RSA and not rsa_key_usable(parent)):
         return False
+    if child.signature_oid == KEY_ED25519 and child.signature_params:
+        return False  # x509.go getSignatureAlgorithmFromAI: Ed25519 parameters must be absent (RFC 8410)
     if operations is not None:
         operations[0] += 1
     try:
@@ -149,12 +151,20 @@ def check_signature(child: GoCertificate, parent: GoCertificate, operations: lis
 
 
 def _pss_hash(params: bytes) -> type[hashes.HashAlgorithm]:
-    """The hash of RSASSA-PSS parameters Go accepts: MGF1 with the same hash, salt = hash size, trailer 1."""
+    """The hash of RSASSA-PSS parameters Go accepts (x509.go getSignatureAlgorithmFromAI, Go 1.26.0): the hash
+    and MGF1's hash the same, each with absent or NULL parameters, salt = hash size, trailer 1."""
     body = Reader(params).sub(der.SEQUENCE)
-    hash_oid = body.sub(der.context(0, True)).sub(der.SEQUENCE).oid()
+    hash_id = body.sub(der.context(0, True)).sub(der.SEQUENCE)
+    hash_oid = hash_id.oid()
     mgf = body.sub(der.context(1, True)).sub(der.SEQUENCE)
-    if mgf.oid() != "1.2.840.113549.1.1.8" or mgf.sub(der.SEQUENCE).oid() != hash_oid:
+    if mgf.oid() != "1.2.840.113549.1.1.8":
         raise ValueError("PSS mask generation")
+    mgf_hash = mgf.sub(der.SEQUENCE)
+    if mgf_hash.oid() != hash_oid:
+        raise ValueError("PSS mask generation hash")
+    for algorithm in (hash_id, mgf_hash):
+        if algorithm.data[algorithm.pos :] not in (b"", b"\x05\x00"):
+            raise ValueError("PSS hash parameters")
     hash_class = _HASHES[hash_oid]
     if body.sub(der.context(2, True)).integer() != hash_class().digest_size:
         raise ValueError("PSS salt length")
