@@ -864,6 +864,24 @@ def _algorithm_cases(c: Corpus) -> None:
     c.add("algorithms/rsa-leaf-key", [ca], [leaf(ca, key=rsa.generate_private_key(65537, 2048))])
     ed_root = root(key=ed25519.Ed25519PrivateKey.generate())
     ed_null = algorithm_der_null("1.3.101.112")
+    # Go right-aligns a BIT STRING with unused bits (parser.go: signature.RightAlign(), PublicKey.RightAlign()).
+    padded = leaf(ca)
+    while _split(padded.der)[2][-1] & 1:  # a signature whose last bit is 0 may declare one unused bit
+        padded = leaf(ca)
+    tbs, algorithm, signature = _split(padded.der)
+    body = Reader(signature).read(der.BIT_STRING)
+    c.add(
+        "algorithms/signature-unused-bits",
+        [ca],
+        [tlv(der.SEQUENCE, tbs + algorithm + tlv(der.BIT_STRING, b"\x01" + body[1:]))],
+    )
+    ed_key = ed25519.Ed25519PrivateKey.generate()
+    while ed_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)[-1] & 1:
+        ed_key = ed25519.Ed25519PrivateKey.generate()
+    raw = ed_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    padded_spki = tlv(der.SEQUENCE, algorithm_der("1.3.101.112") + tlv(der.BIT_STRING, b"\x01" + raw))
+    ed_padded = resign(root(key=ed_key), ed_key, set_field(SPKI, padded_spki))
+    c.add("algorithms/ed25519-root-key-unused-bits", [ed_padded], [leaf(Node(ed_padded.der, ed_key))])
     c.add("algorithms/ed25519-signature-null-params", [ed_root], [resign(leaf(ed_root), ed_root.key, same, ed_null)])
     pss_root = root(key=rsa.generate_private_key(65537, 2048))
     sha256 = _encode_oid("2.16.840.1.101.3.4.2.1")

@@ -111,6 +111,7 @@ class GoCertificate:
     not_after: dt.datetime
     ext: Extensions
     rsa: tuple[int, int] | None = None  # (modulus, public exponent) of an RSA key
+    key_shifted: bool = False  # the key's BIT STRING declares unused bits: Go's key is not raw_spki's
 
 
 # --- parsing (Go's ParseCertificate) -------------------------------------------------------------------------
@@ -530,6 +531,13 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
     return True if handler is None else handler(out, Reader(value), critical)
 
 
+def _right_align(bits: bytes, unused: int) -> bytes:
+    """Go's asn1.BitString.RightAlign: the bits shifted right over the unused ones, same length."""
+    if not unused:
+        return bits
+    return (int.from_bytes(bits, "big") >> unused).to_bytes(len(bits), "big")
+
+
 def parse_certificate(data: bytes) -> GoCertificate:
     """Read DER as Go's ``x509.ParseCertificate`` does; :class:`Malformed` where Go returns an error."""
     top = Reader(data)
@@ -566,7 +574,8 @@ def parse_certificate(data: bytes) -> GoCertificate:
     key_oid = key_algorithm.oid()
     params_tag = key_algorithm.peek()
     key_params = None if params_tag is None else key_algorithm.element(params_tag)
-    key_bits, _ = spki.bit_string()
+    key_bits, key_unused = spki.bit_string()
+    key_bits = _right_align(key_bits, key_unused)
     rsa_key = _check_key(key_oid, key_params, key_bits, raw_spki)
     fields = Extensions()
     if version > 1:
@@ -584,7 +593,8 @@ def parse_certificate(data: bytes) -> GoCertificate:
                 raise Malformed(f"duplicate extension {oid}")
             seen.add(oid)
             fields.unhandled_critical |= _extension(fields, oid, critical, value) and critical
-    signature, _ = outer.bit_string()
+    signature, unused = outer.bit_string()
+    signature = _right_align(signature, unused)
     return GoCertificate(
         raw=raw,
         tbs=tbs_raw,
@@ -601,4 +611,5 @@ def parse_certificate(data: bytes) -> GoCertificate:
         not_after=not_after,
         ext=fields,
         rsa=rsa_key,
+        key_shifted=bool(key_unused),
     )

@@ -122,6 +122,8 @@ def check_signature(child: GoCertificate, parent: GoCertificate, operations: lis
         return False
     if parent.key_oid not in _KNOWN_KEYS or (parent.key_oid == KEY_RSA and not rsa_key_usable(parent)):
         return False
+    if parent.key_shifted:
+        return False  # Go verifies with the right-aligned key, which did not make this signature
     if child.signature_oid == KEY_ED25519 and child.signature_params:
         return False  # x509.go getSignatureAlgorithmFromAI: Ed25519 parameters must be absent (RFC 8410)
     if operations is not None:
