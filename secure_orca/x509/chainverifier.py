@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from secure_orca.x509.parse import parse_certificate
-from secure_orca.x509.verify import Pool
+from secure_orca.x509.verify import MAX_VERIFICATION_COST, Pool
 from secure_orca.x509.verify import verify as verify_chain
 
 
@@ -85,6 +85,7 @@ class ChainVerifier:
         self.allowed_names = frozenset(allowed_names)
         self.verifications = 0  # how often a chain was verified (once per connection, not per request)
         self.signature_operations = 0  # public-key operations those verifications ran
+        self.signature_cost = 0  # and their work (verify.signature_cost units)
 
     def verify(self, chain: Sequence[x509.Certificate], now: dt.datetime) -> ChainResult:
         """``chain`` is what the client presented, leaf first."""
@@ -104,8 +105,9 @@ class ChainVerifier:
             return UNTRUSTED
         # The intermediates in one canonical order: the verdict is the same whatever order the client chose.
         intermediates = sorted(presented[1:], key=lambda cert: cert.raw)
-        outcome = verify_chain(presented[0], intermediates, self._roots, now)
+        outcome = verify_chain(presented[0], intermediates, self._roots, now, MAX_VERIFICATION_COST)
         self.signature_operations += outcome.operations
+        self.signature_cost += outcome.cost
         if not outcome.chains:
             return ChainResult(False, _FAILURES[outcome.failure])
         if self.allowed_names and presented[0].common_name not in self.allowed_names:

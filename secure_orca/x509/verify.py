@@ -40,6 +40,21 @@ MAX_SIGNATURE_CHECKS = 100  # Go's maxChainSignatureChecks
 # below 2, even, or above 2^31-1).
 MIN_RSA_BITS = 1024
 MAX_RSA_EXPONENT = (1 << 31) - 1
+# Our bound, not Go's: the signature work one verification may do, in units of one RSA-2048 (e = 65537) public
+# operation. Go's 100 checks with RSA-8192 keys and e = 2^31-1 would cost about 2,900 units; a real chain costs a
+# few. A verification that would exceed it stops looking, as at Go's 100 checks (a refusal, never a grant).
+MAX_VERIFICATION_COST = 256
+
+
+def signature_cost(parent: GoCertificate) -> int:
+    """The work of one signature check with ``parent``'s key, in RSA-2048 (e = 65537) public operations: an RSA
+    public operation grows with the square of the modulus and the length of the exponent; EC and Ed25519 are one."""
+    if parent.rsa is None:
+        return 1
+    modulus, exponent = parent.rsa
+    return max(1, modulus.bit_length() ** 2 * exponent.bit_length() // (2048 * 2048 * 17))
+
+
 _KNOWN_KEYS = frozenset({KEY_RSA, KEY_EC, KEY_ED25519, KEY_X25519, KEY_DSA})
 _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "2.16.840.1.101.3.4.2.1": hashes.SHA256,
@@ -93,6 +108,7 @@ class Outcome:
     chains: tuple[tuple[GoCertificate, ...], ...] = ()
     failure: str = ""
     operations: int = 0  # public-key operations run (signature checks that reached the key)
+    cost: int = 0  # their work, in signature_cost units
 
 
 def _valid_at(cert: GoCertificate, now: dt.datetime) -> bool:
@@ -126,8 +142,9 @@ def check_signature(child: GoCertificate, parent: GoCertificate, operations: lis
         return False  # Go verifies with the right-aligned key, which did not make this signature
     if child.signature_oid == KEY_ED25519 and child.signature_params:
         return False  # x509.go getSignatureAlgorithmFromAI: Ed25519 parameters must be absent (RFC 8410)
-    if operations is not None:
+    if operations is not None:  # [public-key operations, their signature_cost]
         operations[0] += 1
+        operations[1] += signature_cost(parent)
     try:
         key = serialization.load_der_public_key(parent.raw_spki)
         if child.signature_oid == _RSA_PSS:
@@ -199,6 +216,7 @@ def _build(
     now: dt.datetime,
     checks: list[int],
     operations: list[int],
+    budget: int | None,
 ) -> list[tuple[GoCertificate, ...]]:
     found: list[tuple[GoCertificate, ...]] = []
     child = chain[-1]
@@ -210,10 +228,12 @@ def _build(
         checks[0] += 1
         if checks[0] > MAX_SIGNATURE_CHECKS:
             continue
+        if budget is not None and operations[1] + signature_cost(candidate) > budget:
+            continue
         if not check_signature(child, candidate, operations) or not _ca_valid(candidate, intermediate, chain, now):
             continue
         if intermediate:
-            found += _build((*chain, candidate), roots, intermediates, now, checks, operations)
+            found += _build((*chain, candidate), roots, intermediates, now, checks, operations, budget)
         else:
             found.append((*chain, candidate))
     return found
@@ -254,23 +274,29 @@ def _policies_valid(chain: Sequence[GoCertificate]) -> bool:
     return explicit != 0
 
 
-def verify(leaf: GoCertificate, intermediates: Sequence[GoCertificate], roots: Pool, now: dt.datetime) -> Outcome:
+def verify(
+    leaf: GoCertificate,
+    intermediates: Sequence[GoCertificate],
+    roots: Pool,
+    now: dt.datetime,
+    budget: int | None = None,
+) -> Outcome:
     """Go's ``leaf.Verify`` with ``Roots=roots``, ``Intermediates`` the rest of the chain, ``KeyUsages=[ClientAuth]``
-    and ``CurrentTime=now``."""
+    and ``CurrentTime=now``; ``budget`` (None: Go's limits only) bounds the signature_cost of the checks run."""
     if leaf.ext.unhandled_critical:
         return Outcome(failure="untrusted")
     if not _valid_at(leaf, now):
         return Outcome(failure="expired")
-    operations = [0]
+    operations = [0, 0]
     candidates: list[tuple[GoCertificate, ...]]
     if roots.contains(leaf):
         candidates = [(leaf,)]
     else:
-        candidates = _build((leaf,), roots, Pool(intermediates), now, [0], operations)
+        candidates = _build((leaf,), roots, Pool(intermediates), now, [0], operations, budget)
     if not candidates:
-        return Outcome(failure="untrusted", operations=operations[0])
+        return Outcome(failure="untrusted", operations=operations[0], cost=operations[1])
     usable = [c for c in candidates if _policies_valid(c) and _eku_allows_client(c) and constraints_hold(c)]
     if usable:
-        return Outcome(tuple(usable), operations=operations[0])
+        return Outcome(tuple(usable), operations=operations[0], cost=operations[1])
     eku_only = any(_policies_valid(c) and not _eku_allows_client(c) for c in candidates)
-    return Outcome(failure="eku" if eku_only else "untrusted", operations=operations[0])
+    return Outcome(failure="eku" if eku_only else "untrusted", operations=operations[0], cost=operations[1])

@@ -8,6 +8,8 @@ import ssl
 
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier, Failure
+from secure_orca.x509.parse import parse_certificate
+from secure_orca.x509.verify import MAX_SIGNATURE_CHECKS, MAX_VERIFICATION_COST, Pool, signature_cost, verify
 from tests import x509corpus as shapes
 
 
@@ -57,3 +59,30 @@ def test_the_leaf_and_the_count_of_each_intermediate_stay_in_the_key() -> None:
     assert ChainCache.key(_pems(leaf, mid)) != ChainCache.key(_pems(other, mid))
     assert ChainCache.key(_pems(leaf, mid)) != ChainCache.key(_pems(mid, leaf))
     assert ChainCache.key(_pems(leaf, mid)) != ChainCache.key(_pems(leaf, mid, mid))
+
+
+def test_signature_cost_grows_with_the_modulus_and_the_exponent() -> None:
+    ca = shapes.root()
+    big = (1 << 8191) | 1
+    fake = shapes.resign(shapes.leaf(ca), ca.key, shapes.set_field(shapes.SPKI, shapes.rsa_public_key_info(big, 65537)))
+    wide = shapes.resign(fake, ca.key, shapes.set_field(shapes.SPKI, shapes.rsa_public_key_info(big, (1 << 31) - 1)))
+    rsa2048 = shapes.leaf(ca, key=shapes.rsa_key_with_exponent(65537))
+    costs = [signature_cost(parse_certificate(n.der)) for n in (ca, rsa2048, fake, wide)]
+    assert costs == [1, 1, 16, 29]
+    assert MAX_SIGNATURE_CHECKS * costs[-1] > MAX_VERIFICATION_COST  # Go's own bound allows far more
+
+
+def test_one_verification_stops_at_its_budget_whatever_the_order() -> None:
+    """Seven presented CAs with the issuer's name and other keys: each is a signature check that fails. The
+    budget stops the search; without it, all of them are tried."""
+    ca = shapes.root()
+    mid = shapes.make("intermediate", ca, ca=True)
+    decoys = [shapes.make("intermediate", ca, ca=True) for _ in range(7)]
+    leaf = parse_certificate(shapes.leaf(mid).der)
+    roots = Pool([parse_certificate(ca.der)])
+    presented = [parse_certificate(n.der) for n in (mid, *decoys)]
+    for order in (presented, presented[::-1], presented[3:] + presented[:3]):
+        bounded = verify(leaf, order, roots, shapes.NOW, budget=3)
+        assert bounded.cost <= 3 and bounded.operations <= 3
+    unbounded = verify(leaf, presented[::-1], roots, shapes.NOW)
+    assert unbounded.chains and unbounded.cost > 3
