@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from secure_orca.authz.policy import DECISIONS
 from secure_orca.authz.reasons import Reason
@@ -47,7 +48,7 @@ class ConnectionMemo:
     """
 
     __slots__ = ("authority", "chain_key", "decision", "identity", "last", "optin", "reader", "recheck", "since",
-                 "timed", "until", "windows")  # fmt: skip
+                 "timed", "until", "verified", "verifying", "windows")  # fmt: skip
 
     def __init__(self) -> None:
         self.last: tuple[bytes, bytes] | None = None
@@ -61,6 +62,8 @@ class ConnectionMemo:
         self.optin = b""  # the single opt-in value ``decision`` was made for (reused only within since..until)
         self.since, self.until = 0, -1  # microseconds in which every check holds as it did for ``decision``
         self.decision = DECISIONS[Reason.NO_OPT_IN]
+        self.verified: object | None = None  # the authority whose trusts have this connection's chain cached
+        self.verifying: Any = None  # (authority, the server's task verifying the chain off the loop)
 
     def remember(self, authority: object, checks: Checks) -> None:
         """The connection's certificate checks under ``authority`` (forgets the last decision)."""
