@@ -12,7 +12,7 @@ HOUR = 3_600_000_000
 
 
 def held(start: int, end: int) -> ChainResult:
-    return ChainResult(True, None, at(start), at(end))
+    return ChainResult(True, None, ((at(start), at(end)),))
 
 
 def test_microseconds_round_trip() -> None:

@@ -118,3 +118,38 @@ def test_mutated_ca_bundles_are_read_or_refused_never_raise(position: int, byte:
         return
     for block in roots:
         parse.parse_certificate(block)
+
+
+# Verdicts Go 1.26.0 gives on shapes the audit of issue 21 found (tests/test_x509_differential.py checks them
+# against real Go where a Go toolchain is installed; these hold without one).
+GO_VERDICTS = {
+    "constraints/ip-unmasked-permitted-in-wide": False,
+    "constraints/ip-unmasked-excluded-in-wide": True,
+    "constraints/email-same-local-part-first": False,
+    "constraints/email-same-local-part-last": True,
+    "constraints/dns-empty-name-excluded": False,
+    "constraints/email-empty-domain-excluded": False,
+    "algorithms/ed25519-signature-null-params": False,
+    "algorithms/rsa-pss-null-params": True,
+    "algorithms/rsa-pss-hash-params-integer": False,
+    "algorithms/rsa-pss-mgf-hash-params-integer": False,
+    "algorithms/rsa-root-exponent-2^31-1": True,
+    "algorithms/rsa-root-exponent-2^31+11": False,
+    "algorithms/rsa-intermediate-exponent-2^63-25": False,
+    "algorithms/rsa-leaf-8192-bits": True,
+    "algorithms/rsa-leaf-8194-bits": False,
+    "bundle/end-on-base64-line-signer-first": False,
+}
+
+
+def test_the_audit_shapes_are_decided_as_go_decides_them() -> None:
+    decided = {}
+    for case in shapes.build():
+        if case.name in GO_VERDICTS:
+            try:
+                roots = [x509.load_der_x509_certificate(block) for block in pem.ca_bundle(case.bundle)]
+            except ValueError:
+                decided[case.name] = False
+                continue
+            decided[case.name] = ChainVerifier(roots, case.names).verify_der(case.chain, case.at).ok
+    assert decided == GO_VERDICTS

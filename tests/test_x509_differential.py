@@ -72,6 +72,8 @@ HANDSHAKE_KNOWN: dict[str, str] = {
     "chains/cross-signed-both": "OpenSSL takes the first presented issuer by name and does not backtrack to the other",
     "chains/signature-checks-at-limit": "OpenSSL takes the first presented issuer by name and does not backtrack",
     "chains/leaf-authority-key-id-mismatch": "OpenSSL requires the issuer's key identifier to match the AKI",
+    "constraints/ip-unmasked-excluded-in-wide": "OpenSSL excludes 10.7.0.1 under the excluded 10.9.9.9/8; Go 1.26's"
+    " sorted search compares with the entry below the address only (10.5.0.0/16) and misses it",
 }
 
 

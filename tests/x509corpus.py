@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -119,9 +120,11 @@ def _split(cert_der: bytes) -> tuple[bytes, bytes, bytes]:
     return outer.element(der.SEQUENCE), outer.element(der.SEQUENCE), outer.element(der.BIT_STRING)
 
 
-def _sign(key: Key, data: bytes, digest: hashes.HashAlgorithm) -> bytes:
+def _sign(key: Key, data: bytes, digest: hashes.HashAlgorithm, pss: bool = False) -> bytes:
     if isinstance(key, ec.EllipticCurvePrivateKey):
         return key.sign(data, ec.ECDSA(digest))
+    if isinstance(key, rsa.RSAPrivateKey) and pss:
+        return key.sign(data, padding.PSS(padding.MGF1(digest), digest.digest_size), digest)
     if isinstance(key, rsa.RSAPrivateKey):
         return key.sign(data, padding.PKCS1v15(), digest)
     return key.sign(data)
@@ -136,6 +139,7 @@ def resign(
     edit: TbsEdit,
     algorithm: bytes | None = None,
     digest: hashes.HashAlgorithm | None = None,
+    pss: bool = False,
 ) -> Node:
     """Edit the to-be-signed fields (a list of DER elements) and sign again with ``issuer_key`` (SHA-256 unless
     ``digest``; ``algorithm`` replaces the declared signature algorithm in both places)."""
@@ -144,7 +148,7 @@ def resign(
     if algorithm is not None:
         fields[2] = algorithm
     new_tbs = tlv(der.SEQUENCE, b"".join(fields))
-    signature = tlv(der.BIT_STRING, b"\x00" + _sign(issuer_key, new_tbs, digest or hashes.SHA256()))
+    signature = tlv(der.BIT_STRING, b"\x00" + _sign(issuer_key, new_tbs, digest or hashes.SHA256(), pss))
     return Node(tlv(der.SEQUENCE, new_tbs + (algorithm or outer_algorithm) + signature), node.key)
 
 
@@ -261,6 +265,30 @@ def make(
     else:
         cert = builder.sign(signer, hash_algorithm or hashes.SHA256())
     return Node(cert.public_bytes(serialization.Encoding.DER), key)
+
+
+def rsa_key_with_exponent(exponent: int, bits: int = 2048) -> rsa.RSAPrivateKey:
+    """An RSA key with any odd public exponent (cryptography generates only 3 and 65537)."""
+    while True:
+        base = rsa.generate_private_key(65537, bits).private_numbers()
+        p, q = base.p, base.q
+        order = math.lcm(p - 1, q - 1)
+        if math.gcd(exponent, order) == 1:
+            break
+    d = pow(exponent, -1, order)
+    public = rsa.RSAPublicNumbers(exponent, p * q)
+    return rsa.RSAPrivateNumbers(p, q, d, d % (p - 1), d % (q - 1), pow(q, -1, p), public).private_key()
+
+
+def rsa_public_key_info(modulus: int, exponent: int) -> bytes:
+    """A SubjectPublicKeyInfo for any RSA modulus and exponent (no private key needed)."""
+    raw_key = tlv(der.SEQUENCE, _integer(modulus) + _integer(exponent))
+    return tlv(der.SEQUENCE, algorithm_der_null("1.2.840.113549.1.1.1") + tlv(der.BIT_STRING, b"\0" + raw_key))
+
+
+GO_MAX_EXPONENT = (1 << 31) - 1  # crypto/internal/fips140/rsa checkPublicKey
+PRIME_ABOVE_GO_MAX = 2147483659  # the first prime above 2^31
+LARGEST_PRIME_BELOW_2_63 = (1 << 63) - 25
 
 
 def root(name: str = "requestheader-ca", **options: object) -> Node:
@@ -454,6 +482,73 @@ def _eku_cases(c: Corpus) -> None:
         c.add(f"eku/root-{label}", [eku_root], [leaf(eku_root)])
 
 
+def raw_constraints(permitted: Sequence[bytes] = (), excluded: Sequence[bytes] = ()) -> bytes:
+    """A NameConstraints value from raw GeneralNames (cryptography refuses unmasked IP networks)."""
+    body = b""
+    for tag, names in ((0xA0, permitted), (0xA1, excluded)):
+        if names:
+            body += tlv(tag, b"".join(tlv(der.SEQUENCE, name) for name in names))
+    return tlv(der.SEQUENCE, body)
+
+
+def ip_constraint(address: str, mask: str) -> bytes:
+    return tlv(0x87, ipaddress.ip_address(address).packed + ipaddress.ip_address(mask).packed)
+
+
+def _go_126_constraint_cases(c: Corpus) -> None:
+    """Go 1.26's constraints.go (sorted, pruned sets searched by lower bound) where it differs from "any
+    constraint matches" (issue 21 row 6)."""
+
+    def with_constraints(value: bytes) -> Node:
+        base = root("constrained-ca")
+        return extended(base, base.key, "2.5.29.30", value, True)
+
+    def with_san(issuer: Node, *names: bytes) -> Node:
+        return extended(leaf(issuer), issuer.key, "2.5.29.17", tlv(der.SEQUENCE, b"".join(names)))
+
+    def ip(address: str) -> bytes:
+        return tlv(0x87, ipaddress.ip_address(address).packed)
+
+    wide, narrow = ip_constraint("10.9.9.9", "255.0.0.0"), ip_constraint("10.5.0.0", "255.255.0.0")
+    for side, value in (
+        ("permitted", raw_constraints([wide, narrow])),
+        ("excluded", raw_constraints((), [wide, narrow])),
+    ):
+        ca = with_constraints(value)
+        c.add(f"constraints/ip-unmasked-{side}-in-wide", [ca], [with_san(ca, ip("10.7.0.1"))])
+        c.add(f"constraints/ip-unmasked-{side}-in-narrow", [ca], [with_san(ca, ip("10.5.1.1"))])
+        c.add(f"constraints/ip-unmasked-{side}-above-wide-ip", [ca], [with_san(ca, ip("10.9.9.10"))])
+    single = with_constraints(raw_constraints([ip_constraint("10.0.0.5", "255.0.0.0")]))
+    c.add("constraints/ip-unmasked-single", [single], [with_san(single, ip("10.0.0.1"))])
+    mapped = with_constraints(
+        raw_constraints([ip_constraint("::ffff:10.0.0.0", "ffff:ffff:ffff:ffff:ffff:ffff:ff00:0")])
+    )
+    c.add("constraints/ip-v4-mapped-constraint-v4-san", [mapped], [with_san(mapped, ip("10.1.2.3"))])
+    c.add("constraints/ip-v4-mapped-constraint-v6-san", [mapped], [with_san(mapped, ip("::ffff:10.1.2.3"))])
+    c.add("constraints/ip-v4-mapped-constraint-other-v6", [mapped], [with_san(mapped, ip("2001:db8::1"))])
+    emails = with_constraints(raw_constraints([tlv(0x81, b"a@x.example"), tlv(0x81, b"a@y.example")]))
+    c.add("constraints/email-same-local-part-first", [emails], [with_san(emails, tlv(0x81, b"a@x.example"))])
+    c.add("constraints/email-same-local-part-last", [emails], [with_san(emails, tlv(0x81, b"a@y.example"))])
+    for side, value in (
+        ("permitted", raw_constraints([tlv(0x82, b"example.com")])),
+        ("excluded", raw_constraints((), [tlv(0x82, b"example.com")])),
+    ):
+        ca = with_constraints(value)
+        c.add(f"constraints/dns-empty-name-{side}", [ca], [with_san(ca, tlv(0x82, b""))])
+    excluded_mail = with_constraints(raw_constraints((), [tlv(0x81, b"example.com")]))
+    c.add("constraints/email-empty-domain-excluded", [excluded_mail], [with_san(excluded_mail, tlv(0x81, b"a@"))])
+    dns_sets = (
+        ("dns-sorted-dash", [b"a.com", b"a.a.com", b"a-a.com"], b"x.a-a.com"),
+        ("dns-leading-dot-and-bare", [b".example.com", b"example.com"], b"example.com"),
+        ("dns-upper-case", [b"EXAMPLE.com", b"z.org"], b"proxy.example.COM"),
+    )
+    for label, names, san in dns_sets:
+        ca = with_constraints(raw_constraints([tlv(0x82, n) for n in names]))
+        c.add(f"constraints/{label}", [ca], [with_san(ca, tlv(0x82, san))])
+        ca = with_constraints(raw_constraints((), [tlv(0x82, n) for n in names]))
+        c.add(f"constraints/{label}-excluded", [ca], [with_san(ca, tlv(0x82, san))])
+
+
 def _constraint_cases(c: Corpus) -> None:
     ca = root()
     sign_only = x509.KeyUsage(True, False, False, False, False, False, False, False, False)
@@ -597,6 +692,7 @@ def _extension_cases(c: Corpus) -> None:
         c.add(
             f"constraints/email-{index}", [mail_root], [extended(leaf(mail_root), mail_root.key, "2.5.29.17", mail_san)]
         )
+    _go_126_constraint_cases(c)
     dirname = [x509.DirectoryName(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "proxies")]))]
     crit = root("constrained-ca", constraints=x509.NameConstraints(dirname, None))
     c.add("constraints/dirname-only-critical", [crit], [leaf(crit)])
@@ -747,8 +843,59 @@ def _algorithm_cases(c: Corpus) -> None:
     c.add("algorithms/rsa1024-root", [small], [leaf(small)])
     odd_exponent = root(key=rsa.generate_private_key(3, 2048))
     c.add("algorithms/rsa-exponent-3-root", [odd_exponent], [leaf(odd_exponent)])
+    # Go refuses an RSA exponent above 2^31-1 before any modular exponentiation (issue 21 rows 2 and 6).
+    for label, exponent in (
+        ("2^31-1", GO_MAX_EXPONENT),
+        ("2^31+11", PRIME_ABOVE_GO_MAX),
+        ("2^63-25", LARGEST_PRIME_BELOW_2_63),
+    ):
+        big_e = root(f"rsa-e-{label}", key=rsa_key_with_exponent(exponent))
+        c.add(f"algorithms/rsa-root-exponent-{label}", [big_e], [leaf(big_e)])
+        mid_e = make(f"rsa-e-{label}-intermediate", ca, ca=True, key=rsa_key_with_exponent(exponent))
+        c.add(f"algorithms/rsa-intermediate-exponent-{label}", [ca], [leaf(mid_e), mid_e])
+    # crypto/tls refuses a presented certificate whose RSA key is over 8192 bits (handshake_server.go).
+    for bits in (8192, 8194):
+        modulus = (1 << (bits - 1)) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << (bits - 2))) | 1
+        c.add(
+            f"algorithms/rsa-leaf-{bits}-bits",
+            [ca],
+            [resign(leaf(ca), ca.key, set_field(SPKI, rsa_public_key_info(modulus, 65537)))],
+        )
     c.add("algorithms/rsa-leaf-key", [ca], [leaf(ca, key=rsa.generate_private_key(65537, 2048))])
     ed_root = root(key=ed25519.Ed25519PrivateKey.generate())
+    ed_null = algorithm_der_null("1.3.101.112")
+    # Go right-aligns a BIT STRING with unused bits (parser.go: signature.RightAlign(), PublicKey.RightAlign()).
+    padded = leaf(ca)
+    while _split(padded.der)[2][-1] & 1:  # a signature whose last bit is 0 may declare one unused bit
+        padded = leaf(ca)
+    tbs, algorithm, signature = _split(padded.der)
+    body = Reader(signature).read(der.BIT_STRING)
+    c.add(
+        "algorithms/signature-unused-bits",
+        [ca],
+        [tlv(der.SEQUENCE, tbs + algorithm + tlv(der.BIT_STRING, b"\x01" + body[1:]))],
+    )
+    ed_key = ed25519.Ed25519PrivateKey.generate()
+    while ed_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)[-1] & 1:
+        ed_key = ed25519.Ed25519PrivateKey.generate()
+    raw = ed_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    padded_spki = tlv(der.SEQUENCE, algorithm_der("1.3.101.112") + tlv(der.BIT_STRING, b"\x01" + raw))
+    ed_padded = resign(root(key=ed_key), ed_key, set_field(SPKI, padded_spki))
+    c.add("algorithms/ed25519-root-key-unused-bits", [ed_padded], [leaf(Node(ed_padded.der, ed_key))])
+    c.add("algorithms/ed25519-signature-null-params", [ed_root], [resign(leaf(ed_root), ed_root.key, same, ed_null)])
+    pss_root = root(key=rsa.generate_private_key(65537, 2048))
+    sha256 = _encode_oid("2.16.840.1.101.3.4.2.1")
+    for label, hash_params, mgf_params in (
+        ("null-params", b"\x05\x00", b"\x05\x00"),
+        ("absent-params", b"", b""),
+        ("hash-params-integer", tlv(der.INTEGER, b"\x00"), b"\x05\x00"),
+        ("mgf-hash-params-integer", b"\x05\x00", tlv(der.INTEGER, b"\x00")),
+    ):
+        mgf = tlv(der.SEQUENCE, _encode_oid("1.2.840.113549.1.1.8") + tlv(der.SEQUENCE, sha256 + mgf_params))
+        params = tlv(0xA0, tlv(der.SEQUENCE, sha256 + hash_params)) + tlv(0xA1, mgf) + tlv(0xA2, _integer(32))
+        pss_alg = tlv(der.SEQUENCE, _encode_oid("1.2.840.113549.1.1.10") + tlv(der.SEQUENCE, params))
+        pss_leaf = resign(leaf(pss_root), pss_root.key, same, pss_alg, pss=True)
+        c.add(f"algorithms/rsa-pss-{label}", [pss_root], [pss_leaf])
     c.add("algorithms/ed25519-root-and-leaf", [ed_root], [leaf(ed_root, key=ed25519.Ed25519PrivateKey.generate())])
     c.add("algorithms/ed25519-leaf-under-ecdsa", [ca], [leaf(ca, key=ed25519.Ed25519PrivateKey.generate())])
     c.add("algorithms/p224-leaf-key", [ca], [leaf(ca, key=ec_key(ec.SECP224R1()))])

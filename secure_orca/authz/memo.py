@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from secure_orca.authz.policy import DECISIONS
 from secure_orca.authz.reasons import Reason
@@ -34,12 +35,6 @@ class Checks:
     recheck: int = FOREVER
 
 
-def _window(result: ChainResult) -> tuple[int, int]:
-    if result.valid_from is None or result.valid_until is None:
-        return (1, 0)
-    return (microseconds(result.valid_from), microseconds(result.valid_until))
-
-
 class ConnectionMemo:
     """Per-connection memory (the server puts one in every request scope of a connection).
 
@@ -53,7 +48,7 @@ class ConnectionMemo:
     """
 
     __slots__ = ("authority", "chain_key", "decision", "identity", "last", "optin", "reader", "recheck", "since",
-                 "timed", "until", "windows")  # fmt: skip
+                 "timed", "until", "verified", "verifying", "windows")  # fmt: skip
 
     def __init__(self) -> None:
         self.last: tuple[bytes, bytes] | None = None
@@ -67,13 +62,20 @@ class ConnectionMemo:
         self.optin = b""  # the single opt-in value ``decision`` was made for (reused only within since..until)
         self.since, self.until = 0, -1  # microseconds in which every check holds as it did for ``decision``
         self.decision = DECISIONS[Reason.NO_OPT_IN]
+        self.verified: object | None = None  # the authority whose trusts have this connection's chain cached
+        self.verifying: Any = None  # (authority, the server's task verifying the chain off the loop)
 
     def remember(self, authority: object, checks: Checks) -> None:
         """The connection's certificate checks under ``authority`` (forgets the last decision)."""
         self.authority, self.identity, self.reader = authority, checks.identity, checks.reader
         self.optin, self.since, self.until = b"", 0, -1  # no decision yet: nothing to reuse
         self.recheck = checks.recheck
-        self.windows = tuple(_window(r) for r in (checks.identity, checks.reader) if r.ok)
+        self.windows = tuple(
+            (microseconds(start), microseconds(end))
+            for result in (checks.identity, checks.reader)
+            if result.ok
+            for start, end in result.windows
+        )
         self.timed = bool(self.windows) or self.recheck < FOREVER
 
     def steady(self, now: int) -> tuple[int, int]:

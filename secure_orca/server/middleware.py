@@ -9,8 +9,11 @@ when the feature is on and the policy grants it (first, so the server's HTTP/2 a
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import hmac
 import itertools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +27,7 @@ from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
 from secure_orca.server.sampler import Sampler
-from secure_orca.x509.cache import NEVER, ChainCache
+from secure_orca.x509.cache import NEVER, Cached, ChainCache
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainVerifier
 
 FEATURE_OFF = DECISIONS[Reason.FEATURE_OFF]
@@ -42,6 +45,40 @@ def chain_key(extensions: Scope, chain: Sequence[str]) -> bytes:
         if memo is not None:
             memo.chain_key = key
     return key
+
+
+_VERIFYING = threading.Lock()  # one chain verification at a time, in a worker thread: never on the event loop
+_IN_FLIGHT: dict[tuple[int, bytes], asyncio.Future[Cached]] = {}  # (cache, chain key) being verified
+
+
+def _compute(cache: ChainCache, chain: tuple[str, ...], now: dt.datetime) -> Cached:
+    with _VERIFYING:
+        return cache.compute(chain, now)
+
+
+async def _fill(cache: ChainCache, key: bytes, chain: tuple[str, ...], now: dt.datetime) -> None:
+    """Verify in a worker thread and store; connections presenting the same chain meanwhile wait for it."""
+    slot = (id(cache), key)
+    pending = _IN_FLIGHT.get(slot)
+    if pending is not None:
+        await pending
+        return
+    pending = asyncio.ensure_future(asyncio.to_thread(_compute, cache, chain, now))
+    _IN_FLIGHT[slot] = pending
+    try:
+        cache.store(key, await pending)
+    finally:
+        _IN_FLIGHT.pop(slot, None)
+
+
+async def verify_off_loop(authority: Authority, extensions: Scope, chain: tuple[str, ...]) -> None:
+    """Fill the authority's chain caches for this connection's chain in a worker thread, so the requests'
+    lookups find it and the event loop keeps serving other connections meanwhile."""
+    key = chain_key(extensions, chain)
+    now = at(now_us())  # the clock decide() reads
+    for cache in (authority.chains, authority.readers):
+        if cache is not None and not cache.fresh(key, now):
+            await _fill(cache, key, chain, now)
 
 
 def now_us() -> int:
@@ -174,6 +211,19 @@ class LoadReportMiddleware:
                 reader = result
         return Checks(identity, reader, microseconds(recheck) if recheck < NEVER else 2**63)
 
+    async def _verify_chain(self, extensions: Scope, memo: ConnectionMemo) -> None:
+        """Once per connection and authority: its chain verified off the loop (streams of the connection that
+        arrive meanwhile wait for the same task)."""
+        authority = self.authority
+        chain = tuple((extensions.get("tls") or {}).get("client_cert_chain") or ())
+        if chain and (authority.chains is not None or authority.readers is not None):
+            pending = memo.verifying
+            if pending is None or pending[0] is not authority:
+                pending = (authority, asyncio.ensure_future(verify_off_loop(authority, extensions, chain)))
+                memo.verifying = pending
+            await pending[1]
+        memo.verified = authority
+
     def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
         """In once-per-sample mode, whether this connection has not had this sample yet (and now has)."""
         memo = scope.get("extensions", {}).get(CONNECTION_KEY)
@@ -188,6 +238,9 @@ class LoadReportMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        memo = (scope.get("extensions") or {}).get(CONNECTION_KEY)
+        if memo is not None and memo.verified is not self.authority:
+            await self._verify_chain(scope["extensions"], memo)
         headers = scope["headers"]
         found = [(name.lower(), value) for name, value in headers if name.lower() in _OPTIN_SPELLINGS]
         optin_values = [value for name, value in found if name == OPTIN]  # other spellings never opt in

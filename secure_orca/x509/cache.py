@@ -26,7 +26,7 @@ def pem_to_der(pem: str) -> bytes:
 
 
 @dataclass(frozen=True)
-class _Cached:
+class Cached:
     result: ChainResult
     recheck_at: dt.datetime  # the first moment a certificate of the chain changes validity; verify again then
 
@@ -42,26 +42,29 @@ class ChainCache:
 
     def __init__(self, verifier: ChainVerifier) -> None:
         self.verifier = verifier
-        self._results: dict[bytes, _Cached] = {}
+        self._results: dict[bytes, Cached] = {}
 
     @staticmethod
     def key(chain: tuple[str, ...]) -> bytes:
-        digest = hashlib.sha256()
-        for pem in chain:
-            digest.update(pem.encode("latin-1", "replace"))
-            digest.update(b"\0")
-        return digest.digest()
+        """The leaf and the multiset of intermediates: reordering the intermediates gives the same key (the
+        verifier puts them in one order), repeating one does not."""
+        if not chain:
+            return hashlib.sha256(b"").digest()
+        parts = [hashlib.sha256(pem.encode("latin-1", "replace")).digest() for pem in chain]
+        return hashlib.sha256(b"".join([parts[0], *sorted(parts[1:])])).digest()
 
-    def _verify(self, chain: tuple[str, ...], now: dt.datetime) -> _Cached:
+    def _verify(self, chain: tuple[str, ...], now: dt.datetime) -> Cached:
         if len(chain) > MAX_CHAIN_CERTS:
-            return _Cached(UNTRUSTED, NEVER)
+            return Cached(UNTRUSTED, NEVER)
         try:
             ders = [pem_to_der(pem) for pem in chain]
         except ValueError:
-            return _Cached(UNTRUSTED, NEVER)
+            return Cached(UNTRUSTED, NEVER)
         # DER straight to the verifier: it reads certificates as Go does, whatever cryptography thinks.
+        # A result keeps the window of every chain found, so it answers as a new verification would until a
+        # certificate becomes valid (only then can Go find a chain it did not find now): verify again then.
         result = self.verifier.verify_der(ders, now)
-        return _Cached(result, _next_not_before(ders, now))
+        return Cached(result, _next_not_before(ders, now))
 
     def lookup(self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None) -> ChainResult:
         """The result for ``chain``; ``key`` is ``key(chain)`` when the caller has it already."""
@@ -74,12 +77,24 @@ class ChainCache:
         key = key if key is not None else self.key(chain)
         cached = self._results.get(key)
         if cached is None or now >= cached.recheck_at:
-            cached = self._verify(chain, now)
-            self._results.pop(key, None)
-            if len(self._results) >= CACHE_SIZE:
-                self._results.pop(next(iter(self._results)))
-            self._results[key] = cached
+            cached = self.compute(chain, now)
+            self.store(key, cached)
         return cached.result, cached.recheck_at
+
+    def fresh(self, key: bytes, now: dt.datetime) -> bool:
+        """Whether a lookup of the chain with this key at ``now`` would verify nothing."""
+        cached = self._results.get(key)
+        return cached is not None and now < cached.recheck_at
+
+    def compute(self, chain: tuple[str, ...], now: dt.datetime) -> Cached:
+        """Verify ``chain`` without touching the cache (the server runs this off its event loop)."""
+        return self._verify(chain, now)
+
+    def store(self, key: bytes, cached: Cached) -> None:
+        self._results.pop(key, None)
+        if len(self._results) >= CACHE_SIZE:
+            self._results.pop(next(iter(self._results)))
+        self._results[key] = cached
 
 
 def _next_not_before(ders: list[bytes], now: dt.datetime) -> dt.datetime:

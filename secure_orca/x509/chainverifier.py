@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from secure_orca.x509.parse import parse_certificate
-from secure_orca.x509.verify import Pool
+from secure_orca.x509.verify import MAX_VERIFICATION_COST, Pool
 from secure_orca.x509.verify import verify as verify_chain
 
 
@@ -37,21 +37,26 @@ class Failure(StrEnum):
 
 
 _FAILURES = {"expired": Failure.EXPIRED, "eku": Failure.EKU, "untrusted": Failure.UNTRUSTED}
+# Go's crypto/tls ends the handshake when a presented certificate's RSA key is over 8192 bits
+# (handshake_server.go processCertsFromClient, defaultMaxRSAKeySize in handshake_client.go, Go 1.26.0).
+MAX_PRESENTED_RSA_BITS = 8192
+
+
+Window = tuple[dt.datetime, dt.datetime]  # from notBefore to notAfter, both included
 
 
 @dataclass(frozen=True)
 class ChainResult:
-    """The outcome of verifying one connection's certificate chain; ``valid_until`` bounds its reuse."""
+    """The outcome of verifying one connection's certificate chain. ``windows``: one per verified chain, the
+    time in which every certificate of that chain is valid; the grant holds while any of them does (Go builds
+    chains at the current time, so a CA renewed with the same key keeps a chain once the old one expires)."""
 
     ok: bool
     failure: Failure | None = None  # None exactly when ok
-    valid_from: dt.datetime | None = None
-    valid_until: dt.datetime | None = None
+    windows: tuple[Window, ...] = ()
 
     def holds_at(self, now: dt.datetime) -> bool:
-        if not self.ok or self.valid_from is None or self.valid_until is None:
-            return False
-        return self.valid_from <= now <= self.valid_until
+        return self.ok and any(start <= now <= end for start, end in self.windows)
 
 
 NO_CERTIFICATE = ChainResult(False, Failure.NO_CERTIFICATE)
@@ -79,6 +84,8 @@ class ChainVerifier:
             raise ValueError("the CA bundle holds a certificate Go cannot parse") from None
         self.allowed_names = frozenset(allowed_names)
         self.verifications = 0  # how often a chain was verified (once per connection, not per request)
+        self.signature_operations = 0  # public-key operations those verifications ran
+        self.signature_cost = 0  # and their work (verify.signature_cost units)
 
     def verify(self, chain: Sequence[x509.Certificate], now: dt.datetime) -> ChainResult:
         """``chain`` is what the client presented, leaf first."""
@@ -94,16 +101,20 @@ class ChainVerifier:
             presented = [parse_certificate(der) for der in chain]
         except ValueError:
             return UNTRUSTED
-        outcome = verify_chain(presented[0], presented[1:], self._roots, now)
+        if any(c.rsa is not None and c.rsa[0].bit_length() > MAX_PRESENTED_RSA_BITS for c in presented):
+            return UNTRUSTED
+        # The intermediates in one canonical order: the verdict is the same whatever order the client chose.
+        intermediates = sorted(presented[1:], key=lambda cert: cert.raw)
+        outcome = verify_chain(presented[0], intermediates, self._roots, now, MAX_VERIFICATION_COST)
+        self.signature_operations += outcome.operations
+        self.signature_cost += outcome.cost
         if not outcome.chains:
             return ChainResult(False, _FAILURES[outcome.failure])
         if self.allowed_names and presented[0].common_name not in self.allowed_names:
             return ChainResult(False, Failure.NAME_NOT_ALLOWED)
-        # The grant holds while every certificate of one verified chain is valid.
-        verified = outcome.chains[0]
-        valid_from = max(cert.not_before for cert in verified)
-        valid_until = min(cert.not_after for cert in verified)
-        return ChainResult(True, None, valid_from, valid_until)
+        # The grant holds while every certificate of some verified chain is valid.
+        windows = {(max(c.not_before for c in chain), min(c.not_after for c in chain)) for chain in outcome.chains}
+        return ChainResult(True, None, tuple(sorted(windows)))
 
 
 def shares_ca(client_cas: Sequence[x509.Certificate], requestheader_cas: Sequence[x509.Certificate]) -> bool:

@@ -50,7 +50,7 @@ _GO_CURVES = frozenset({"1.3.132.0.33", "1.2.840.10045.3.1.7", "1.3.132.0.34", "
 _PRINTABLE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'()+,-./:=? *&")
 
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPConstraint = tuple[bytes, bytes]  # (address, mask) as the extension holds them: Go does not mask the address
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Subtrees:
     dns: list[str] = field(default_factory=list)
     uri: list[str] = field(default_factory=list)
     email: list[str] = field(default_factory=list)
-    ip: list[IPNetwork] = field(default_factory=list)
+    ip: list[IPConstraint] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,8 @@ class GoCertificate:
     not_before: dt.datetime
     not_after: dt.datetime
     ext: Extensions
+    rsa: tuple[int, int] | None = None  # (modulus, public exponent) of an RSA key
+    key_shifted: bool = False  # the key's BIT STRING declares unused bits: Go's key is not raw_spki's
 
 
 # --- parsing (Go's ParseCertificate) -------------------------------------------------------------------------
@@ -189,9 +191,10 @@ def _time(reader: Reader) -> dt.datetime:
     return when.astimezone(dt.UTC)
 
 
-def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> None:
+def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> tuple[int, int] | None:
     """Go's parsePublicKey: a key of an algorithm Go knows must parse, or the whole certificate is refused.
-    ``params`` is the whole parameters element (None when absent), ``key`` the subjectPublicKey bits."""
+    ``params`` is the whole parameters element (None when absent), ``key`` the subjectPublicKey bits. Returns
+    an RSA key's (modulus, exponent)."""
     if key_oid == KEY_RSA:
         if params != b"\x05\x00":
             raise Malformed("RSA key without NULL parameters")
@@ -199,11 +202,11 @@ def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> N
         modulus, exponent = body.integer(), body.integer()
         if modulus <= 0 or not 0 < exponent < 1 << 63:
             raise Malformed("RSA key")
-        return
+        return modulus, exponent
     if key_oid in (KEY_ED25519, KEY_X25519):
         if params is not None or len(key) != 32:
             raise Malformed("Edwards/Montgomery key")
-        return
+        return None
     if key_oid == KEY_EC:
         if params is None or Reader(params).oid() not in _GO_CURVES:
             raise Malformed("unsupported elliptic curve")
@@ -214,6 +217,7 @@ def _check_key(key_oid: str, params: bytes | None, key: bytes, spki: bytes) -> N
             serialization.load_der_public_key(spki)
         except (ValueError, UnsupportedAlgorithm):
             raise Malformed("public key") from None
+    return None
 
 
 def _general_names(reader: Reader) -> Iterator[tuple[int, bytes]]:
@@ -279,8 +283,9 @@ def _name_constraints(value: bytes) -> tuple[NameConstraints, bool]:
     return NameConstraints(subtrees(permitted), subtrees(excluded)), unhandled
 
 
-def _ip_constraint(item: bytes) -> IPNetwork:
-    """address + contiguous mask, 8 or 32 bytes."""
+def _ip_constraint(item: bytes) -> IPConstraint:
+    """Go's parseNameConstraintsExtension: address and contiguous mask, 8 or 32 bytes; the address is kept as
+    written, bits beyond the mask included (parser.go, Go 1.26.0)."""
     if len(item) not in (8, 32):
         raise Malformed("IP constraint length")
     half = len(item) // 2
@@ -288,10 +293,7 @@ def _ip_constraint(item: bytes) -> IPNetwork:
     prefix = bin(mask).count("1")
     if mask != ((1 << (8 * half)) - 1) ^ ((1 << (8 * half - prefix)) - 1):
         raise Malformed("IP constraint mask")
-    address = int.from_bytes(item[:half], "big") & mask
-    if half == 4:
-        return ipaddress.IPv4Network((address, prefix))
-    return ipaddress.IPv6Network((address, prefix))
+    return item[:half], item[half:]
 
 
 def is_ip(text: str) -> bool:
@@ -529,6 +531,13 @@ def _extension(out: Extensions, oid: str, critical: bool, value: bytes) -> bool:
     return True if handler is None else handler(out, Reader(value), critical)
 
 
+def _right_align(bits: bytes, unused: int) -> bytes:
+    """Go's asn1.BitString.RightAlign: the bits shifted right over the unused ones, same length."""
+    if not unused:
+        return bits
+    return (int.from_bytes(bits, "big") >> unused).to_bytes(len(bits), "big")
+
+
 def parse_certificate(data: bytes) -> GoCertificate:
     """Read DER as Go's ``x509.ParseCertificate`` does; :class:`Malformed` where Go returns an error."""
     top = Reader(data)
@@ -565,8 +574,9 @@ def parse_certificate(data: bytes) -> GoCertificate:
     key_oid = key_algorithm.oid()
     params_tag = key_algorithm.peek()
     key_params = None if params_tag is None else key_algorithm.element(params_tag)
-    key_bits, _ = spki.bit_string()
-    _check_key(key_oid, key_params, key_bits, raw_spki)
+    key_bits, key_unused = spki.bit_string()
+    key_bits = _right_align(key_bits, key_unused)
+    rsa_key = _check_key(key_oid, key_params, key_bits, raw_spki)
     fields = Extensions()
     if version > 1:
         tbs.optional(der.context(1))
@@ -583,7 +593,8 @@ def parse_certificate(data: bytes) -> GoCertificate:
                 raise Malformed(f"duplicate extension {oid}")
             seen.add(oid)
             fields.unhandled_critical |= _extension(fields, oid, critical, value) and critical
-    signature, _ = outer.bit_string()
+    signature, unused = outer.bit_string()
+    signature = _right_align(signature, unused)
     return GoCertificate(
         raw=raw,
         tbs=tbs_raw,
@@ -599,4 +610,6 @@ def parse_certificate(data: bytes) -> GoCertificate:
         not_before=not_before,
         not_after=not_after,
         ext=fields,
+        rsa=rsa_key,
+        key_shifted=bool(key_unused),
     )

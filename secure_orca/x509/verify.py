@@ -35,6 +35,26 @@ from secure_orca.x509.parse import (
 )
 
 MAX_SIGNATURE_CHECKS = 100  # Go's maxChainSignatureChecks
+# Go 1.26.0 refuses these RSA keys before any modular exponentiation: crypto/rsa/rsa.go checkKeySize (below 1024
+# bits, GODEBUG rsa1024min), crypto/internal/fips140/rsa/rsa.go checkPublicKey (an even modulus, an exponent
+# below 2, even, or above 2^31-1).
+MIN_RSA_BITS = 1024
+MAX_RSA_EXPONENT = (1 << 31) - 1
+# Our bound, not Go's: the signature work one verification may do, in units of one RSA-2048 (e = 65537) public
+# operation. Go's 100 checks with RSA-8192 keys and e = 2^31-1 would cost about 2,900 units; a real chain costs a
+# few. A verification that would exceed it stops looking, as at Go's 100 checks (a refusal, never a grant).
+MAX_VERIFICATION_COST = 256
+
+
+def signature_cost(parent: GoCertificate) -> int:
+    """The work of one signature check with ``parent``'s key, in RSA-2048 (e = 65537) public operations: an RSA
+    public operation grows with the square of the modulus and the length of the exponent; EC and Ed25519 are one."""
+    if parent.rsa is None:
+        return 1
+    modulus, exponent = parent.rsa
+    return max(1, modulus.bit_length() ** 2 * exponent.bit_length() // (2048 * 2048 * 17))
+
+
 _KNOWN_KEYS = frozenset({KEY_RSA, KEY_EC, KEY_ED25519, KEY_X25519, KEY_DSA})
 _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "2.16.840.1.101.3.4.2.1": hashes.SHA256,
@@ -87,33 +107,56 @@ class Outcome:
 
     chains: tuple[tuple[GoCertificate, ...], ...] = ()
     failure: str = ""
+    operations: int = 0  # public-key operations run (signature checks that reached the key)
+    cost: int = 0  # their work, in signature_cost units
 
 
 def _valid_at(cert: GoCertificate, now: dt.datetime) -> bool:
     return cert.not_before <= now <= cert.not_after
 
 
-def check_signature(child: GoCertificate, parent: GoCertificate) -> bool:
-    """Go's CheckSignatureFrom (SHA-1 and MD5 refused, RSA keys below 1024 bits refused)."""
+def rsa_key_usable(cert: GoCertificate) -> bool:
+    """Whether Go's crypto/rsa would run a public-key operation with this certificate's RSA key at all."""
+    if cert.rsa is None:
+        return False
+    modulus, exponent = cert.rsa
+    return (
+        modulus & 1 == 1
+        and modulus.bit_length() >= MIN_RSA_BITS
+        and 2 <= exponent <= MAX_RSA_EXPONENT
+        and exponent & 1 == 1
+    )
+
+
+def check_signature(child: GoCertificate, parent: GoCertificate, operations: list[int] | None = None) -> bool:
+    """Go's CheckSignatureFrom (SHA-1 and MD5 refused, RSA keys Go's crypto/rsa refuses refused before any
+    operation). ``operations[0]`` counts the public-key operations run."""
     ext = parent.ext
     if (parent.version == 3 and not ext.basic_constraints_valid) or (ext.basic_constraints_valid and not ext.is_ca):
         return False
     if ext.key_usage and not ext.key_usage & KEY_USAGE_CERT_SIGN:
         return False
-    if parent.key_oid not in _KNOWN_KEYS:
+    if parent.key_oid not in _KNOWN_KEYS or (parent.key_oid == KEY_RSA and not rsa_key_usable(parent)):
         return False
+    if parent.key_shifted:
+        return False  # Go verifies with the right-aligned key, which did not make this signature
+    if child.signature_oid == KEY_ED25519 and child.signature_params:
+        return False  # x509.go getSignatureAlgorithmFromAI: Ed25519 parameters must be absent (RFC 8410)
+    if operations is not None:  # [public-key operations, their signature_cost]
+        operations[0] += 1
+        operations[1] += signature_cost(parent)
     try:
         key = serialization.load_der_public_key(parent.raw_spki)
         if child.signature_oid == _RSA_PSS:
             hash_type = _pss_hash(child.signature_params)
-            if not isinstance(key, rsa.RSAPublicKey) or key.key_size < 1024:
+            if not isinstance(key, rsa.RSAPublicKey):
                 return False
             algorithm = hash_type()
             pss = padding.PSS(mgf=padding.MGF1(algorithm), salt_length=algorithm.digest_size)
             key.verify(child.signature, child.tbs, pss, algorithm)
             return True
         key_oid, hash_class = _SIGNATURES[child.signature_oid]
-        if key_oid == KEY_RSA and isinstance(key, rsa.RSAPublicKey) and hash_class and key.key_size >= 1024:
+        if key_oid == KEY_RSA and isinstance(key, rsa.RSAPublicKey) and hash_class:
             key.verify(child.signature, child.tbs, padding.PKCS1v15(), hash_class())
         elif key_oid == KEY_EC and isinstance(key, ec.EllipticCurvePublicKey) and hash_class:
             key.verify(child.signature, child.tbs, ec.ECDSA(hash_class()))
@@ -127,12 +170,20 @@ def check_signature(child: GoCertificate, parent: GoCertificate) -> bool:
 
 
 def _pss_hash(params: bytes) -> type[hashes.HashAlgorithm]:
-    """The hash of RSASSA-PSS parameters Go accepts: MGF1 with the same hash, salt = hash size, trailer 1."""
+    """The hash of RSASSA-PSS parameters Go accepts (x509.go getSignatureAlgorithmFromAI, Go 1.26.0): the hash
+    and MGF1's hash the same, each with absent or NULL parameters, salt = hash size, trailer 1."""
     body = Reader(params).sub(der.SEQUENCE)
-    hash_oid = body.sub(der.context(0, True)).sub(der.SEQUENCE).oid()
+    hash_id = body.sub(der.context(0, True)).sub(der.SEQUENCE)
+    hash_oid = hash_id.oid()
     mgf = body.sub(der.context(1, True)).sub(der.SEQUENCE)
-    if mgf.oid() != "1.2.840.113549.1.1.8" or mgf.sub(der.SEQUENCE).oid() != hash_oid:
+    if mgf.oid() != "1.2.840.113549.1.1.8":
         raise ValueError("PSS mask generation")
+    mgf_hash = mgf.sub(der.SEQUENCE)
+    if mgf_hash.oid() != hash_oid:
+        raise ValueError("PSS mask generation hash")
+    for algorithm in (hash_id, mgf_hash):
+        if algorithm.data[algorithm.pos :] not in (b"", b"\x05\x00"):
+            raise ValueError("PSS hash parameters")
     hash_class = _HASHES[hash_oid]
     if body.sub(der.context(2, True)).integer() != hash_class().digest_size:
         raise ValueError("PSS salt length")
@@ -159,7 +210,13 @@ def _ca_valid(cert: GoCertificate, intermediate: bool, chain: Sequence[GoCertifi
 
 
 def _build(
-    chain: tuple[GoCertificate, ...], roots: Pool, intermediates: Pool, now: dt.datetime, checks: list[int]
+    chain: tuple[GoCertificate, ...],
+    roots: Pool,
+    intermediates: Pool,
+    now: dt.datetime,
+    checks: list[int],
+    operations: list[int],
+    budget: int | None,
 ) -> list[tuple[GoCertificate, ...]]:
     found: list[tuple[GoCertificate, ...]] = []
     child = chain[-1]
@@ -171,10 +228,12 @@ def _build(
         checks[0] += 1
         if checks[0] > MAX_SIGNATURE_CHECKS:
             continue
-        if not check_signature(child, candidate) or not _ca_valid(candidate, intermediate, chain, now):
+        if budget is not None and operations[1] + signature_cost(candidate) > budget:
+            continue
+        if not check_signature(child, candidate, operations) or not _ca_valid(candidate, intermediate, chain, now):
             continue
         if intermediate:
-            found += _build((*chain, candidate), roots, intermediates, now, checks)
+            found += _build((*chain, candidate), roots, intermediates, now, checks, operations, budget)
         else:
             found.append((*chain, candidate))
     return found
@@ -215,18 +274,29 @@ def _policies_valid(chain: Sequence[GoCertificate]) -> bool:
     return explicit != 0
 
 
-def verify(leaf: GoCertificate, intermediates: Sequence[GoCertificate], roots: Pool, now: dt.datetime) -> Outcome:
+def verify(
+    leaf: GoCertificate,
+    intermediates: Sequence[GoCertificate],
+    roots: Pool,
+    now: dt.datetime,
+    budget: int | None = None,
+) -> Outcome:
     """Go's ``leaf.Verify`` with ``Roots=roots``, ``Intermediates`` the rest of the chain, ``KeyUsages=[ClientAuth]``
-    and ``CurrentTime=now``."""
+    and ``CurrentTime=now``; ``budget`` (None: Go's limits only) bounds the signature_cost of the checks run."""
     if leaf.ext.unhandled_critical:
         return Outcome(failure="untrusted")
     if not _valid_at(leaf, now):
         return Outcome(failure="expired")
-    candidates = [(leaf,)] if roots.contains(leaf) else _build((leaf,), roots, Pool(intermediates), now, [0])
+    operations = [0, 0]
+    candidates: list[tuple[GoCertificate, ...]]
+    if roots.contains(leaf):
+        candidates = [(leaf,)]
+    else:
+        candidates = _build((leaf,), roots, Pool(intermediates), now, [0], operations, budget)
     if not candidates:
-        return Outcome(failure="untrusted")
+        return Outcome(failure="untrusted", operations=operations[0], cost=operations[1])
     usable = [c for c in candidates if _policies_valid(c) and _eku_allows_client(c) and constraints_hold(c)]
     if usable:
-        return Outcome(tuple(usable))
+        return Outcome(tuple(usable), operations=operations[0], cost=operations[1])
     eku_only = any(_policies_valid(c) and not _eku_allows_client(c) for c in candidates)
-    return Outcome(failure="eku" if eku_only else "untrusted")
+    return Outcome(failure="eku" if eku_only else "untrusted", operations=operations[0], cost=operations[1])

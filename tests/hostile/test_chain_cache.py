@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import ssl
 import tracemalloc
+
+from cryptography import x509
 
 from secure_orca import pki
 from secure_orca.x509.cache import MAX_CHAIN_CERTS, ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier, Failure
+from tests import x509corpus as shapes
 
 NOW = dt.datetime.now(dt.UTC)
+HOUR, DAY = dt.timedelta(hours=1), dt.timedelta(days=1)
 
 
 def pem(issued: pki.Issued) -> str:
@@ -73,3 +78,40 @@ def test_overlong_chains_are_refused_without_verification() -> None:
     assert verifier.verifications == 0
     assert cache.lookup((leaf, *[junk] * (MAX_CHAIN_CERTS - 1)), NOW).ok  # at the bound: verified, granted
     assert verifier.verifications == 1
+
+
+def _renewed_bundle(start: dt.datetime) -> tuple[list[x509.Certificate], str]:
+    """A CA renewed with the same key and bundled as [old, renewed]; the old one expires an hour after ``start``.
+    Returns the bundle and a front-proxy leaf issued under that key."""
+    key = shapes.ec_key()
+    old = shapes.make("front-proxy-ca", key=key, ca=True, not_before=start - DAY, not_after=start + HOUR)
+    renewed = shapes.make("front-proxy-ca", key=key, ca=True, not_before=start - HOUR, not_after=start + 365 * DAY)
+    leaf = shapes.make(pki.FRONT_PROXY_CN, old, not_before=start - HOUR, not_after=start + 30 * DAY)
+    return [old.cert, renewed.cert], ssl.DER_cert_to_PEM_cert(leaf.der)
+
+
+def test_a_ca_renewed_with_the_same_key_keeps_granting_once_the_old_one_expires() -> None:
+    """Issue 21 row 4: Go grants through the renewed certificate once the old one expires; so must a result
+    made while both were valid (the memo reuses it without a lookup) and every later lookup, for every trust."""
+    bundle, leaf = _renewed_bundle(NOW)
+    later = NOW + 2 * HOUR
+    assert ChainVerifier(bundle, [pki.FRONT_PROXY_CN]).verify_der([ssl.PEM_cert_to_DER_cert(leaf)], later).ok
+    for names in ([pki.FRONT_PROXY_CN], [], ["load-reader", pki.FRONT_PROXY_CN]):  # front proxy, client CA, reader
+        cache = ChainCache(ChainVerifier(bundle, names))
+        first, _ = cache.lookup_until((leaf,), NOW)
+        assert first.holds_at(NOW) and first.holds_at(later), names
+        assert cache.lookup((leaf,), later).holds_at(later), names
+
+
+def test_a_cached_result_answers_as_a_new_verification_would_as_windows_end() -> None:
+    """Every window a result relied on is kept: around the old CA's expiry and the leaf's, the result made once
+    says what verifying again would say, without verifying again."""
+    bundle, leaf = _renewed_bundle(NOW)
+    cache = ChainCache(ChainVerifier(bundle, [pki.FRONT_PROXY_CN]))
+    fresh = ChainVerifier(bundle, [pki.FRONT_PROXY_CN])
+    result = cache.lookup((leaf,), NOW)
+    tick = dt.timedelta(seconds=1)
+    for moment in (NOW, NOW + HOUR - tick, NOW + HOUR + tick, NOW + 30 * DAY - 2 * HOUR, NOW + 31 * DAY):
+        held = fresh.verify_der([ssl.PEM_cert_to_DER_cert(leaf)], moment).ok
+        assert result.holds_at(moment) == cache.lookup((leaf,), moment).holds_at(moment) == held, moment
+    assert cache.verifier.verifications == 1

@@ -3,7 +3,8 @@
 // Mirrors k8s.io/apiserver commit 24a394e516bfda066d7e2221d7d92c052de27c54 (go.mod: go 1.26.0):
 //   - pkg/server/dynamiccertificates: the requestheader CA bundle becomes the Roots pool through client-go's
 //     cert.NewPoolFromBytes (PEM "CERTIFICATE" blocks without headers; any unparsable one fails the bundle);
-//   - crypto/tls: every presented certificate goes through x509.ParseCertificate (a failure ends the handshake);
+//   - crypto/tls: every presented certificate goes through x509.ParseCertificate (a failure ends the handshake),
+//     and one whose RSA key is over 8192 bits ends it too (handshake_server.go, defaultMaxRSAKeySize);
 //   - pkg/authentication/request/x509 Verifier.AuthenticateRequest: Verify with the rest of the chain as
 //     Intermediates, KeyUsages [ClientAuth], then Subject.CommonName against the allowed names.
 //
@@ -12,6 +13,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -80,6 +82,12 @@ func decide(c testCase) verdict {
 			out.Detail = "tls: failed to parse client certificate: " + err.Error()
 			return out
 		}
+		// crypto/tls handshake_server.go processCertsFromClient: an RSA key over defaultMaxRSAKeySize (8192 bits,
+		// handshake_client.go) ends the handshake.
+		if key, ok := cert.PublicKey.(*rsa.PublicKey); ok && key.N.BitLen() > 8192 {
+			out.Detail = "tls: client sent certificate containing RSA key larger than 8192 bits"
+			return out
+		}
 		peer = append(peer, cert)
 	}
 	now, err := time.Parse(time.RFC3339, c.Time)
@@ -94,7 +102,7 @@ func decide(c testCase) verdict {
 			opts.Intermediates.AddCert(intermediate)
 		}
 	}
-	if _, err := peer[0].Verify(opts); err != nil {
+	if err := verify(peer[0], opts); err != nil {
 		out.Detail = err.Error()
 		return out
 	}
@@ -105,6 +113,18 @@ func decide(c testCase) verdict {
 	}
 	out.Verdict, out.Detail = "grant", "cn="+cn
 	return out
+}
+
+// verify is Certificate.Verify, with a panic (Go 1.26's constraints.go indexes an empty DNS name) reported as an
+// error: kube-apiserver's handler chain recovers it and the request fails.
+func verify(leaf *x509.Certificate, opts x509.VerifyOptions) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic in Verify: %v", r)
+		}
+	}()
+	_, err = leaf.Verify(opts)
+	return err
 }
 
 func main() {
