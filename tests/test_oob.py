@@ -30,7 +30,7 @@ GOOD = [(b"content-type", b"application/grpc"), (b"te", b"trailers")]
 
 
 def verified(start: dt.datetime = NOW - DAY) -> ChainResult:
-    return ChainResult(True, None, start, start + 2 * DAY)
+    return ChainResult(True, None, ((start, start + 2 * DAY),))
 
 
 EXPIRED = verified(start=NOW - 3 * DAY)
