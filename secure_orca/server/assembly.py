@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from secure_orca.authn.authenticator import Outcome, Request
 from secure_orca.server import demo
 from secure_orca.server.adapter import ServerOptions, make_server_context, serve
-from secure_orca.server.asgi import ASGIApp
+from secure_orca.server.asgi import ASGIApp, Scope
+from secure_orca.server.audit import AuditLog, AuditMiddleware, FileSecrets, open_sink, record_of
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
@@ -30,6 +33,7 @@ class Server:
     options: ServerOptions
     reloader: Reloader
     metrics: Metrics | None
+    audit: AuditLog | None = None
 
     @classmethod
     def assemble(cls, config: ServeConfig, verbose: bool = False) -> Server:
@@ -59,25 +63,59 @@ class Server:
             goaway_chance=config.goaway_chance,
             access_log=verbose,
         )
-        return cls(config, sampler, app, proxy, options, reloader, metrics)
+        audit = None
+        if config.audit_path:
+            sink = open_sink(config.audit_path, config.audit_maxsize, config.audit_maxbackup)
+            audit = AuditLog(sink, FileSecrets(files.secret_file, config.token_file))
+            if metrics is not None:
+                metrics.watch_audit(audit)
+        if authentication is not None and (metrics is not None or audit is not None):
+            authentication.observe = observer(metrics, audit is not None)
+        return cls(config, sampler, app, proxy, options, reloader, metrics, audit)
+
+    @property
+    def entry(self) -> ASGIApp:
+        """The application the adapter serves: the audit layer outermost when auditing."""
+        return AuditMiddleware(self.app, self.audit) if self.audit is not None else self.app
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
         """Serve until ``shutdown_trigger`` returns; the sampler and the reloader run on this loop."""
         if self.config.enabled:
             self.sampler.start()
         reloading = asyncio.create_task(self.reloader.run(self.config.reload_interval))
+        if self.audit is not None:
+            self.audit.start()
         try:
-            await serve(self.app, self.options, shutdown_trigger)
+            await serve(self.entry, self.options, shutdown_trigger)
         finally:
             reloading.cancel()
             self.sampler.stop()
+            if self.audit is not None:
+                self.audit.stop()
             if self.proxy is not None:
                 await self.proxy.aclose()
+
+
+def observer(metrics: Metrics | None, audit: bool) -> Callable[[Scope, Request, Outcome, float], None]:
+    """What AuthenticationMiddleware reports each authentication to: kube's metrics, the audit record."""
+
+    def observe(scope: Scope, request: Request, outcome: Outcome, started: float) -> None:
+        if metrics is not None:
+            metrics.on_authentication(outcome, time.perf_counter() - started)
+        record = record_of(scope) if audit else None
+        if record is not None:
+            record.user = outcome.user
+            if request.front_proxy.holds_at(request.now):
+                record.front_proxy = request.leaf
+
+    return observe
+
 
 def verifications(app: LoadReportMiddleware) -> int:
     """Client chains verified so far by the trust in force."""
     chains = app.authority.chains
     return chains.verifier.verifications if chains else 0
+
 
 def build_app(config: ServeConfig, sampler: Sampler) -> tuple[LoadReportMiddleware, ProxyApp | None]:
     """The middleware around the demo backend (or the proxy in front of it)."""

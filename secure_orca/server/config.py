@@ -65,6 +65,10 @@ class ServeConfig:
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
     client_verifier: FrontProxyVerifier | None = None  # --client-ca-file, for the x509 authenticator
     proxy_client: tuple[Path, Path] | None = None  # --proxy-client-cert-file and --proxy-client-key-file
+    audit_path: str = ""  # --audit-log-path ('-': standard out)
+    audit_maxsize: int = 100  # --audit-log-maxsize, MB
+    audit_maxbackup: int = 100  # --audit-log-maxbackup
+    token_file: Path | None = None  # --token-auth-file (its tokens are redacted from audit events)
 
 
 def _use_dev_pki(args: argparse.Namespace, notes: list[str]) -> None:
@@ -165,6 +169,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         _flag("--metrics-bind-address", lambda: parse_address(args.metrics_bind_address))
     if args.requestheader_allowed_names and args.requestheader_allowed_names_file:
         raise UsageError("--requestheader-allowed-names-file: give either it or --requestheader-allowed-names")
+    for flag in ("maxsize", "maxbackup"):
+        if getattr(args, f"audit_log_{flag}", 0) < 0:
+            raise UsageError(f"--audit-log-{flag} {getattr(args, f'audit_log_{flag}')} can't be a negative number")
     modes = parse_list(args.endpoint_load_metrics_auth)
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
@@ -278,6 +285,10 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         authentication=authentication,
         client_verifier=FrontProxyVerifier(client_cas) if client_cas else None,
         proxy_client=proxy_client,
+        audit_path=getattr(args, "audit_log_path", ""),
+        audit_maxsize=getattr(args, "audit_log_maxsize", 100),
+        audit_maxbackup=getattr(args, "audit_log_maxbackup", 100),
+        token_file=args.token_auth_file,
     )
 
 

@@ -25,6 +25,7 @@ from secure_orca.authz.reasons import Reason
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
+from secure_orca.server.audit import AUDIT_KEY
 from secure_orca.server.sampler import Sampler
 
 FEATURE_OFF = DECISIONS[Reason.FEATURE_OFF]
@@ -351,6 +352,8 @@ class LoadReportMiddleware:
             granted = self.decide(scope, optin_values)
             if self.on_decision is not None:
                 self.on_decision(granted)
+            if AUDIT_KEY in scope:  # the audit event's annotation (server.audit)
+                scope[AUDIT_KEY].decision = granted.reason
         counters = self.sampler.counters
         counters.in_flight += 1
 

@@ -1,0 +1,396 @@
+"""Audit events: one JSON line per request, in kube's ``audit.k8s.io/v1`` ``Event`` shape (level Metadata, stage
+ResponseComplete), with the load-report decision as annotations.
+
+Mirrors kubernetes/apiserver at 24a394e516bfda066d7e2221d7d92c052de27c54: ``pkg/apis/audit/v1/types.go`` (the
+fields), ``pkg/server/options/audit.go`` (``--audit-log-path``, ``-`` for stdout, file mode 0600 in a 0700
+directory; ``--audit-log-maxsize`` in MB, 0 disables rotation, default 100; ``--audit-log-maxbackup``, 0 keeps
+all, default 100) and lumberjack's rotation (the file renamed to ``NAME-2006-01-02T15-04-05.000.EXT``, UTC).
+``verb`` is the lowercased HTTP method, as kube writes it for non-resource requests.
+
+The user is who the request authenticated as; when a verified front proxy asserted that user, the proxy's
+certificate CN is kept apart in the ``authentication.secure-orca.io/front-proxy`` annotation, as Pinniped keeps
+the original user apart from the impersonated one.
+
+On the event loop a request costs one small record and a deque append: events are built, redacted and written
+by one writer thread. A full queue drops the event and counts it; a write error (a full disk) drops the batch,
+counts it and serving goes on. No header value is written except the User-Agent, and every credential a client
+presented (opt-in secret, Authorization) and every configured secret and token is redacted from every string.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import ipaddress
+import json
+import logging
+import os
+import stat
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import quote, quote_plus
+
+from cryptography import x509
+
+from secure_orca.authn.user import UserInfo
+from secure_orca.authz.frontproxy import common_name
+from secure_orca.authz.reasons import Reason
+from secure_orca.orca import optin
+from secure_orca.orca.headers import OPTIN_BYTES, REPORT
+from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("secure_orca.audit")
+AUDIT_KEY = "secure_orca.audit"  # scope key of the request's AuditRecord
+REASON = "endpoint-load-metrics.secure-orca.io/reason"  # the load-report decision's Reason
+REPORT_ANNOTATION = "endpoint-load-metrics.secure-orca.io/report"  # how a report reached the caller
+IN_BAND, OUT_OF_BAND, NO_REPORT = "in-band", "out-of-band", "none"
+FRONT_PROXY = "authentication.secure-orca.io/front-proxy"  # CN of the front proxy that asserted the user
+REDACTED = "[redacted]"
+DEFAULT_MAXSIZE_MB, DEFAULT_MAXBACKUP = 100, 100  # kube's defaults
+QUEUE_LIMIT = 10_000
+_REPORT_NAME = REPORT.encode()
+_USER_AGENT, _AUTHORIZATION = b"user-agent", b"authorization"
+_FORWARDED_FOR, _REAL_IP = b"x-forwarded-for", b"x-real-ip"
+
+
+class AuditRecord:
+    """What the request path learns about one request; the writer thread turns it into an Event."""
+
+    __slots__ = ("decision", "front_proxy", "headers", "received", "report", "scope", "stage", "status", "user")
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope  # kept as received: method, path, query, client address
+        self.headers = scope["headers"]  # the list as received (layers below build new lists, never mutate it)
+        self.received = time.time_ns()
+        self.stage = 0
+        self.status = 0
+        self.user: UserInfo | None = None
+        self.front_proxy: x509.Certificate | None = None  # the verified front proxy that asserted ``user``
+        self.decision = Reason.NO_OPT_IN
+        self.report = NO_REPORT
+
+
+def record_of(scope: Scope) -> AuditRecord | None:
+    record = scope.get(AUDIT_KEY)
+    return record if isinstance(record, AuditRecord) else None
+
+
+def mark_streamed(scope: Scope) -> None:
+    """For the out-of-band stream: this request's reports went out on it (annotated ``out-of-band``)."""
+    record = record_of(scope)
+    if record is not None:
+        record.report = OUT_OF_BAND
+
+
+def _timestamp(ns: int) -> str:
+    """metav1.MicroTime: RFC 3339, microseconds, UTC."""
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _presented(headers: Iterable[tuple[bytes, bytes]]) -> set[str]:
+    """Credentials this request carried, to redact wherever else the client copied them."""
+    found: set[str] = set()
+    for name, value in headers:
+        lowered = name.lower().replace(b"_", b"-")
+        if lowered == _AUTHORIZATION:
+            text = value.decode("latin-1")
+            found.add(text.strip())
+            found.update(part for part in text.split() if len(part) >= 4)
+        elif lowered == OPTIN_BYTES:
+            text = value.decode("latin-1")
+            try:
+                secret = optin.parse([value]).secret
+            except optin.OptInError:
+                secret = None
+            if secret:
+                found.add(secret)
+            found.update(part.strip().removeprefix("secret=") for part in text.split(";")[1:])
+    return {value for value in found if value}
+
+
+class Redactor:
+    """Replaces every known credential, raw or percent-encoded, in a string."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        forms = set()
+        for value in values:
+            forms |= {value, quote(value, safe=""), quote_plus(value, safe=""), quote(value)}
+        self.forms = sorted((f for f in forms if f), key=len, reverse=True)  # longest first
+
+    def __call__(self, text: str) -> str:
+        for form in self.forms:
+            if form in text:
+                text = text.replace(form, REDACTED)
+        return text
+
+
+def _source_ips(headers: Iterable[tuple[bytes, bytes]], remote: str | None) -> list[str]:
+    """kube's ``utilnet.SourceIPs``: X-Forwarded-For, X-Real-Ip when not listed, then the peer when it is not the
+    last one listed; anything that is not an IP address is dropped (so no client text gets through)."""
+    forwarded: list[str] = []
+    real: list[str] = []
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == _FORWARDED_FOR:
+            forwarded += value.decode("latin-1").split(",")
+        elif lowered == _REAL_IP and not real:
+            real.append(value.decode("latin-1"))
+    ips = [ip for ip in map(_ip, forwarded) if ip]
+    for text in real:
+        ip = _ip(text)
+        if ip and ip not in ips:
+            ips.append(ip)
+    peer = _ip(remote or "")
+    if peer and (not ips or ips[-1] != peer):
+        ips.append(peer)
+    return ips
+
+
+def _ip(text: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        return None
+
+
+def _user(user: UserInfo | None, redact: Callable[[str], str]) -> dict[str, Any]:
+    if user is None:
+        return {}
+    info: dict[str, Any] = {"username": redact(user.name)}
+    if user.uid:
+        info["uid"] = redact(user.uid)
+    if user.groups:
+        info["groups"] = [redact(g) for g in user.groups]
+    if user.extra:
+        info["extra"] = {redact(k): [redact(v) for v in values] for k, values in user.extra.items()}
+    return info
+
+
+def event(record: AuditRecord, known: Iterable[str] = (), audit_id: str | None = None) -> dict[str, Any]:
+    """The ``audit.k8s.io/v1`` Event of one answered request (pure but for a fresh auditID when none is given)."""
+    headers = record.headers
+    redact = Redactor([*known, *_presented(headers)])
+    scope = record.scope
+    query = scope.get("query_string", b"").decode("latin-1")
+    raw_path = scope.get("raw_path") or scope.get("path", "").encode("utf-8", "surrogateescape")
+    uri = raw_path.decode("latin-1") + (f"?{query}" if query else "")
+    agent = next((v for n, v in headers if n.lower() == _USER_AGENT), None)
+    client = scope.get("client")
+    annotations = {REASON: str(record.decision), REPORT_ANNOTATION: record.report}
+    if record.front_proxy is not None and record.user is not None:
+        annotations[FRONT_PROXY] = redact(common_name(record.front_proxy) or "")
+    out: dict[str, Any] = {
+        "kind": "Event",
+        "apiVersion": "audit.k8s.io/v1",
+        "level": "Metadata",
+        "auditID": audit_id or str(uuid.uuid4()),
+        "stage": "ResponseComplete",
+        "requestURI": redact(uri),
+        "verb": str(scope.get("method", "")).lower(),
+        "user": _user(record.user, redact),
+        "sourceIPs": _source_ips(headers, client[0] if client else None),
+    }
+    if agent is not None:
+        out["userAgent"] = redact(agent.decode("utf-8", "replace"))
+    out["responseStatus"] = {"metadata": {}, "code": record.status}
+    out["requestReceivedTimestamp"] = _timestamp(record.received)
+    out["stageTimestamp"] = _timestamp(record.stage or record.received)
+    out["annotations"] = annotations
+    return out
+
+
+class RotatingFile:
+    """lumberjack's size rotation: before a write would pass ``max_bytes``, the file is renamed with a UTC
+    timestamp and a new one opened; beyond ``max_backups`` (0: keep all) the oldest backups are removed."""
+
+    def __init__(self, path: Path, max_bytes: int, max_backups: int) -> None:
+        self.path, self.max_bytes, self.max_backups = path, max_bytes, max_backups
+        self.file: IO[bytes] | None = None
+        self.size = 0
+        self.regular = True
+
+    def _open(self) -> IO[bytes]:
+        if self.file is None:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self.file = os.fdopen(fd, "ab", buffering=0)
+            st = os.fstat(fd)
+            self.size = st.st_size
+            self.regular = stat.S_ISREG(st.st_mode)  # a device or a pipe is never renamed
+        return self.file
+
+    def backups(self) -> list[Path]:
+        stem, suffix = self.path.stem, self.path.suffix
+        found = [p for p in self.path.parent.glob(f"{stem}-*{suffix}") if p != self.path]
+        return sorted(found)
+
+    def _rotate(self) -> None:
+        self.close()
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%S.%f")[:-3]
+        if self.path.exists():
+            self.path.rename(self.path.with_name(f"{self.path.stem}-{stamp}{self.path.suffix}"))
+        if self.max_backups:
+            for old in self.backups()[: -self.max_backups]:
+                old.unlink(missing_ok=True)
+
+    def write(self, data: bytes) -> None:
+        file = self._open()
+        if self.regular and self.max_bytes and self.size and self.size + len(data) > self.max_bytes:
+            self._rotate()
+            file = self._open()
+        self.size += len(data)
+        file.write(data)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+class AuditLog:
+    """The bounded queue and its writer thread. ``sink`` is a RotatingFile or any object with ``write(bytes)``."""
+
+    def __init__(
+        self,
+        sink: Any,
+        known: Callable[[], Iterable[str]] = tuple,
+        limit: int = QUEUE_LIMIT,
+        period: float = 0.05,
+    ) -> None:
+        self.sink, self.known, self.limit, self.period = sink, known, limit, period
+        self.queue: collections.deque[AuditRecord] = collections.deque()
+        self.written = self.dropped = self.write_errors = 0
+        self._broken = False  # the last write failed: the next one starts on a fresh line
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, record: AuditRecord) -> None:
+        """Called on the event loop once per answered request: never blocks."""
+        if len(self.queue) >= self.limit:
+            self.dropped += 1
+        else:
+            self.queue.append(record)
+
+    def drain(self) -> int:
+        """Write every queued event (the writer thread calls it; tests may too). Returns how many."""
+        records = []
+        while self.queue:
+            records.append(self.queue.popleft())
+        if not records:
+            return 0
+        known = tuple(self.known())
+        lines = [json.dumps(event(r, known), separators=(",", ":")).encode() + b"\n" for r in records]
+        try:
+            data = b"".join(lines)
+            self.sink.write((b"\n" + data) if self._broken else data)
+            flush = getattr(self.sink, "flush", None)
+            if flush is not None:
+                flush()
+        except (OSError, ValueError) as error:
+            self.write_errors += len(records)
+            if not self._broken:
+                log.warning("audit log: cannot write (%s); events are dropped until it can", _errno_text(error))
+            self._broken = True
+            return 0
+        if self._broken:
+            log.info("audit log: writing again")
+        self._broken = False
+        self.written += len(records)
+        return len(records)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self._drain_safely()
+        self._drain_safely()
+
+    def _drain_safely(self) -> None:
+        try:
+            self.drain()
+        except Exception:  # never let the writer die: count and go on
+            self.write_errors += 1
+            log.exception("audit log: event dropped")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="audit-log", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        close = getattr(self.sink, "close", None)
+        if close is not None and self.sink is not sys.stdout.buffer:
+            close()
+
+
+def _errno_text(error: Exception) -> str:
+    return os.strerror(error.errno) if isinstance(error, OSError) and error.errno else type(error).__name__
+
+
+class FileSecrets:
+    """Every value ever read from the secret and token files (re-read when a file changes, e.g. a kubelet swap):
+    the writer thread redacts them all, rotated-out ones included. Over-reading is safe: a line's first
+    comma-separated field is taken as a token whatever the rest says."""
+
+    def __init__(self, *paths: Path | None) -> None:
+        self.paths = [p for p in paths if p is not None]
+        self.seen: dict[Path, tuple[int, int, int]] = {}
+        self.values: set[str] = set()
+
+    def __call__(self) -> Iterable[str]:
+        for path in self.paths:
+            try:
+                st = path.stat()
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if self.seen.get(path) == stamp:
+                    continue
+                text = path.read_text("utf-8", "replace")
+            except OSError:
+                continue
+            self.seen[path] = stamp
+            for line in text.splitlines():
+                for value in (line.strip(), line.split(",", 1)[0].strip()):
+                    if value and not value.startswith("#"):
+                        self.values.add(value)
+        return self.values
+
+
+def open_sink(path: str, maxsize_mb: int, maxbackup: int) -> Any:
+    """``-`` is standard output; otherwise a RotatingFile (maxsize 0: never rotated)."""
+    if path == "-":
+        return sys.stdout.buffer
+    return RotatingFile(Path(path), maxsize_mb * 1024 * 1024, maxbackup)
+
+
+class AuditMiddleware:
+    """The outermost layer: one AuditRecord per HTTP request, submitted once the response is complete."""
+
+    def __init__(self, app: ASGIApp, audit: AuditLog) -> None:
+        self.app = app
+        self.audit = audit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        record = AuditRecord(scope)
+        scope[AUDIT_KEY] = record
+
+        async def audited(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                record.status = message["status"]
+                headers = message.get("headers")
+                if headers and headers[0][0] == _REPORT_NAME:  # the middleware puts an attached report first
+                    record.report = IN_BAND
+            await send(message)
+
+        try:
+            await self.app(scope, receive, audited)
+        finally:
+            record.stage = time.time_ns()
+            self.audit.submit(record)
