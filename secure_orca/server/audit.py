@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import functools
 import ipaddress
 import json
 import logging
@@ -87,40 +88,46 @@ def mark_streamed(scope: Scope) -> None:
         record.report = OUT_OF_BAND
 
 
+_CREDENTIAL_HEADERS = frozenset({_AUTHORIZATION, b"authorization".replace(b"-", b"_"), OPTIN_BYTES,
+                                 OPTIN_BYTES.replace(b"-", b"_")})  # fmt: skip
+_second = (-1, "")
+
+
 def _timestamp(ns: int) -> str:
-    """metav1.MicroTime: RFC 3339, microseconds, UTC."""
-    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """metav1.MicroTime: RFC 3339, microseconds, UTC (the seconds part formatted once per second)."""
+    global _second
+    seconds, rest = divmod(ns, 1_000_000_000)
+    if _second[0] != seconds:
+        _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{_second[1]}.{rest // 1000:06d}Z"
 
 
-def _presented(headers: Iterable[tuple[bytes, bytes]]) -> set[str]:
-    """Credentials this request carried, to redact wherever else the client copied them."""
-    found: set[str] = set()
-    for name, value in headers:
-        lowered = name.lower().replace(b"_", b"-")
-        if lowered == _AUTHORIZATION:
-            text = value.decode("latin-1")
-            found.add(text.strip())
-            found.update(part for part in text.split() if len(part) >= 4)
-        elif lowered == OPTIN_BYTES:
-            text = value.decode("latin-1")
-            try:
-                secret = optin.parse([value]).secret
-            except optin.OptInError:
-                secret = None
-            if secret:
-                found.add(secret)
-            found.update(part.strip().removeprefix("secret=") for part in text.split(";")[1:])
-    return {value for value in found if value}
+def _credentials(name: bytes, value: bytes) -> set[str]:
+    """What a credential header carried: Authorization's whole value and each part (scheme and token); the
+    opt-in's secret (parsed, and anything after ``;`` should the value be malformed), never its format."""
+    text = value.decode("latin-1")
+    if name.replace(b"_", b"-") != OPTIN_BYTES:
+        return {v for v in (text.strip(), *(part for part in text.split() if len(part) >= 4)) if v}
+    if ";" not in text:
+        return set()
+    try:
+        secret = optin.parse([value]).secret
+    except optin.OptInError:
+        secret = None
+    return {v for v in (secret, text, *(part.strip().removeprefix("secret=") for part in text.split(";")[1:])) if v}
 
 
 class Redactor:
-    """Replaces every known credential, raw or percent-encoded, in a string."""
+    """Replaces every known credential, raw or percent-encoded, in a string (the forms computed once)."""
 
-    def __init__(self, values: Iterable[str]) -> None:
-        forms = set()
+    def __init__(self, values: Iterable[str] = (), forms: Iterable[str] = ()) -> None:
+        found = set(forms)
         for value in values:
-            forms |= {value, quote(value, safe=""), quote_plus(value, safe=""), quote(value)}
-        self.forms = sorted((f for f in forms if f), key=len, reverse=True)  # longest first
+            found |= {value, quote(value, safe=""), quote_plus(value, safe=""), quote(value)}
+        self.forms = sorted((f for f in found if f), key=len, reverse=True)  # longest first
+
+    def plus(self, values: Iterable[str]) -> Redactor:
+        return Redactor(values, self.forms)
 
     def __call__(self, text: str) -> str:
         for form in self.forms:
@@ -129,19 +136,25 @@ class Redactor:
         return text
 
 
-def _source_ips(headers: Iterable[tuple[bytes, bytes]], remote: str | None) -> list[str]:
+@functools.lru_cache(maxsize=64)
+def _proxy_name(certificate: x509.Certificate) -> str:
+    """The front proxy's CN as kube reads it (parsed once per certificate: the parse is not cheap)."""
+    return common_name(certificate) or ""
+
+
+@functools.lru_cache(maxsize=256)
+def _ip(text: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        return None
+
+
+def _source_ips(forwarded: list[str], real: list[str], remote: str | None) -> list[str]:
     """kube's ``utilnet.SourceIPs``: X-Forwarded-For, X-Real-Ip when not listed, then the peer when it is not the
     last one listed; anything that is not an IP address is dropped (so no client text gets through)."""
-    forwarded: list[str] = []
-    real: list[str] = []
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered == _FORWARDED_FOR:
-            forwarded += value.decode("latin-1").split(",")
-        elif lowered == _REAL_IP and not real:
-            real.append(value.decode("latin-1"))
     ips = [ip for ip in map(_ip, forwarded) if ip]
-    for text in real:
+    for text in real[:1]:
         ip = _ip(text)
         if ip and ip not in ips:
             ips.append(ip)
@@ -149,13 +162,6 @@ def _source_ips(headers: Iterable[tuple[bytes, bytes]], remote: str | None) -> l
     if peer and (not ips or ips[-1] != peer):
         ips.append(peer)
     return ips
-
-
-def _ip(text: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(text.strip()))
-    except ValueError:
-        return None
 
 
 def _user(user: UserInfo | None, redact: Callable[[str], str]) -> dict[str, Any]:
@@ -171,19 +177,33 @@ def _user(user: UserInfo | None, redact: Callable[[str], str]) -> dict[str, Any]
     return info
 
 
-def event(record: AuditRecord, known: Iterable[str] = (), audit_id: str | None = None) -> dict[str, Any]:
+def event(record: AuditRecord, known: Redactor | Iterable[str] = (), audit_id: str | None = None) -> dict[str, Any]:
     """The ``audit.k8s.io/v1`` Event of one answered request (pure but for a fresh auditID when none is given)."""
-    headers = record.headers
-    redact = Redactor([*known, *_presented(headers)])
+    redact = known if isinstance(known, Redactor) else Redactor(known)
+    agent = None
+    forwarded: list[str] = []
+    real: list[str] = []
+    presented: set[str] = set()
+    for name, value in record.headers:
+        lowered = name.lower()
+        if lowered == _USER_AGENT:
+            agent = value if agent is None else agent
+        elif lowered in _CREDENTIAL_HEADERS:
+            presented |= _credentials(lowered, value)
+        elif lowered == _FORWARDED_FOR:
+            forwarded += value.decode("latin-1").split(",")
+        elif lowered == _REAL_IP:
+            real.append(value.decode("latin-1"))
+    if presented:
+        redact = redact.plus(presented)
     scope = record.scope
-    query = scope.get("query_string", b"").decode("latin-1")
+    query = scope.get("query_string", b"")
     raw_path = scope.get("raw_path") or scope.get("path", "").encode("utf-8", "surrogateescape")
-    uri = raw_path.decode("latin-1") + (f"?{query}" if query else "")
-    agent = next((v for n, v in headers if n.lower() == _USER_AGENT), None)
+    uri = (raw_path + b"?" + query if query else raw_path).decode("latin-1")
     client = scope.get("client")
     annotations = {REASON: str(record.decision), REPORT_ANNOTATION: record.report}
     if record.front_proxy is not None and record.user is not None:
-        annotations[FRONT_PROXY] = redact(common_name(record.front_proxy) or "")
+        annotations[FRONT_PROXY] = redact(_proxy_name(record.front_proxy))
     out: dict[str, Any] = {
         "kind": "Event",
         "apiVersion": "audit.k8s.io/v1",
@@ -193,7 +213,7 @@ def event(record: AuditRecord, known: Iterable[str] = (), audit_id: str | None =
         "requestURI": redact(uri),
         "verb": str(scope.get("method", "")).lower(),
         "user": _user(record.user, redact),
-        "sourceIPs": _source_ips(headers, client[0] if client else None),
+        "sourceIPs": _source_ips(forwarded, real, client[0] if client else None),
     }
     if agent is not None:
         out["userAgent"] = redact(agent.decode("utf-8", "replace"))
@@ -266,6 +286,8 @@ class AuditLog:
         self.queue: collections.deque[AuditRecord] = collections.deque()
         self.written = self.dropped = self.write_errors = 0
         self._broken = False  # the last write failed: the next one starts on a fresh line
+        self._known: frozenset[str] = frozenset()
+        self._redactor = Redactor()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -283,8 +305,10 @@ class AuditLog:
             records.append(self.queue.popleft())
         if not records:
             return 0
-        known = tuple(self.known())
-        lines = [json.dumps(event(r, known), separators=(",", ":")).encode() + b"\n" for r in records]
+        known = frozenset(self.known())
+        if known != self._known:
+            self._known, self._redactor = known, Redactor(known)
+        lines = [json.dumps(event(r, self._redactor), separators=(",", ":")).encode() + b"\n" for r in records]
         try:
             data = b"".join(lines)
             self.sink.write((b"\n" + data) if self._broken else data)
