@@ -72,6 +72,26 @@ def test_event_has_kubes_shape() -> None:
     assert event["sourceIPs"] == ["127.0.0.1"] and event["userAgent"] == "kubectl/v1.37"
 
 
+def test_the_front_proxy_is_named_only_when_it_asserted_a_user() -> None:
+    record = _record()
+    record.front_proxy = pki.issue(pki.make_ca("fp-ca"), "the-proxy").cert
+    record.user = UserInfo("alice")
+    assert audit.event(record)["annotations"][audit.FRONT_PROXY] == "the-proxy"
+    record.user = UserInfo("system:anonymous")  # --requestheader-missing-user=anonymous: it named no one
+    assert audit.FRONT_PROXY not in audit.event(record)["annotations"]
+
+
+def test_a_line_that_is_not_utf_8_is_still_written() -> None:
+    sink = _FullDisk()
+    sink.full = False
+    log = audit.AuditLog(sink)
+    log.submit(_record(headers=[(b"user-agent", b"\xff\xfe")]))
+    record = _record()
+    record.user = UserInfo("\udcff")  # a lone surrogate cannot be UTF-8
+    log.submit(record)
+    assert log.drain() == 2 and log.write_errors == 0
+
+
 def test_mark_streamed_is_the_out_of_band_annotation() -> None:
     record = _record()
     scope = {audit.AUDIT_KEY: record}
@@ -248,6 +268,7 @@ def test_live_events_of_each_kind_and_no_secret(
         for form in (value, quote(value, safe=""), quote(value)):
             assert form not in text
     proxied, user_event, refused = events[:3]
+    assert proxied["auditID"] == granted.headers["audit-id"]  # as kube: the response's Audit-Id is the event's
     assert proxied["user"]["username"] == "alice"
     assert proxied["annotations"] == {audit.REASON: "front-proxy", audit.REPORT_ANNOTATION: "in-band",
                                       audit.FRONT_PROXY: pki.FRONT_PROXY_CN}  # fmt: skip

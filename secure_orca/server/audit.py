@@ -5,7 +5,8 @@ Mirrors kubernetes/apiserver at 24a394e516bfda066d7e2221d7d92c052de27c54: ``pkg/
 fields), ``pkg/server/options/audit.go`` (``--audit-log-path``, ``-`` for stdout, file mode 0600 in a 0700
 directory; ``--audit-log-maxsize`` in MB, 0 disables rotation, default 100; ``--audit-log-maxbackup``, 0 keeps
 all, default 100) and lumberjack's rotation (the file renamed to ``NAME-2006-01-02T15-04-05.000.EXT``, UTC).
-``verb`` is the lowercased HTTP method, as kube writes it for non-resource requests.
+``verb`` is the lowercased HTTP method, as kube writes it for non-resource requests; ``auditID`` is the response's
+``Audit-Id`` when the application sent a UUID there (the demo backend does, as kube-apiserver), else a new UUID.
 
 The user is who the request authenticated as; when a verified front proxy asserted that user, the proxy's
 certificate CN is kept apart in the ``authentication.secure-orca.io/front-proxy`` annotation, as Pinniped keeps
@@ -26,11 +27,11 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import stat
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -38,7 +39,7 @@ from urllib.parse import quote, quote_plus
 
 from cryptography import x509
 
-from secure_orca.authn.user import UserInfo
+from secure_orca.authn.user import ANONYMOUS, UserInfo
 from secure_orca.authz.frontproxy import common_name
 from secure_orca.authz.reasons import Reason
 from secure_orca.orca import optin
@@ -57,12 +58,14 @@ QUEUE_LIMIT = 10_000
 _REPORT_NAME = REPORT.encode()
 _USER_AGENT, _AUTHORIZATION = b"user-agent", b"authorization"
 _FORWARDED_FOR, _REAL_IP = b"x-forwarded-for", b"x-real-ip"
+_AUDIT_ID = b"audit-id"
 
 
 class AuditRecord:
     """What the request path learns about one request; the writer thread turns it into an Event."""
 
-    __slots__ = ("decision", "front_proxy", "headers", "received", "report", "scope", "stage", "status", "user")
+    __slots__ = ("audit_id", "decision", "front_proxy", "headers", "received", "report", "scope", "stage", "status",
+                 "user")  # fmt: skip
 
     def __init__(self, scope: Scope) -> None:
         self.scope = scope  # kept as received: method, path, query, client address
@@ -74,6 +77,7 @@ class AuditRecord:
         self.front_proxy: x509.Certificate | None = None  # the verified front proxy that asserted ``user``
         self.decision = Reason.NO_OPT_IN
         self.report = NO_REPORT
+        self.audit_id = b""  # the response's Audit-Id, when the application sent one (kube: the same ID)
 
 
 def record_of(scope: Scope) -> AuditRecord | None:
@@ -91,6 +95,7 @@ def mark_streamed(scope: Scope) -> None:
 _CREDENTIAL_HEADERS = frozenset({_AUTHORIZATION, b"authorization".replace(b"-", b"_"), OPTIN_BYTES,
                                  OPTIN_BYTES.replace(b"-", b"_")})  # fmt: skip
 _second = (-1, "")
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # UTF-8 lines, as kube writes them
 
 
 def _timestamp(ns: int) -> str:
@@ -136,10 +141,33 @@ class Redactor:
         return text
 
 
-@functools.lru_cache(maxsize=64)
+_PROXY_NAMES: dict[int, tuple[x509.Certificate, str]] = {}
+
+
 def _proxy_name(certificate: x509.Certificate) -> str:
-    """The front proxy's CN as kube reads it (parsed once per certificate: the parse is not cheap)."""
-    return common_name(certificate) or ""
+    """The front proxy's CN as kube reads it, parsed once per certificate object (the server keeps one object
+    per presented chain, and parsing or even hashing a certificate costs more than the rest of an event)."""
+    known = _PROXY_NAMES.get(id(certificate))
+    if known is None or known[0] is not certificate:
+        if len(_PROXY_NAMES) >= 64:
+            _PROXY_NAMES.clear()
+        known = _PROXY_NAMES[id(certificate)] = (certificate, common_name(certificate) or "")
+    return known[1]
+
+
+_UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _response_id(value: bytes) -> str | None:
+    return value.decode() if _UUID.fullmatch(value) else None
+
+
+def _audit_id() -> str:
+    """A random (version 4) UUID, as kube's auditID."""
+    raw = bytearray(os.urandom(16))
+    raw[6], raw[8] = raw[6] & 0x0F | 0x40, raw[8] & 0x3F | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -201,14 +229,14 @@ def event(record: AuditRecord, known: Redactor | Iterable[str] = (), audit_id: s
     raw_path = scope.get("raw_path") or scope.get("path", "").encode("utf-8", "surrogateescape")
     uri = (raw_path + b"?" + query if query else raw_path).decode("latin-1")
     client = scope.get("client")
-    annotations = {REASON: str(record.decision), REPORT_ANNOTATION: record.report}
-    if record.front_proxy is not None and record.user is not None:
+    annotations = {REASON: record.decision.value, REPORT_ANNOTATION: record.report}
+    if record.front_proxy is not None and record.user is not None and record.user.name != ANONYMOUS:
         annotations[FRONT_PROXY] = redact(_proxy_name(record.front_proxy))
     out: dict[str, Any] = {
         "kind": "Event",
         "apiVersion": "audit.k8s.io/v1",
         "level": "Metadata",
-        "auditID": audit_id or str(uuid.uuid4()),
+        "auditID": audit_id or _response_id(record.audit_id) or _audit_id(),
         "stage": "ResponseComplete",
         "requestURI": redact(uri),
         "verb": str(scope.get("method", "")).lower(),
@@ -308,7 +336,8 @@ class AuditLog:
         known = frozenset(self.known())
         if known != self._known:
             self._known, self._redactor = known, Redactor(known)
-        lines = [json.dumps(event(r, self._redactor), separators=(",", ":")).encode() + b"\n" for r in records]
+        encode, redactor = _ENCODER.encode, self._redactor
+        lines = [(encode(event(r, redactor)) + "\n").encode("utf-8", "backslashreplace") for r in records]
         try:
             data = b"".join(lines)
             self.sink.write((b"\n" + data) if self._broken else data)
@@ -409,8 +438,13 @@ class AuditMiddleware:
             if message["type"] == "http.response.start":
                 record.status = message["status"]
                 headers = message.get("headers")
-                if headers and headers[0][0] == _REPORT_NAME:  # the middleware puts an attached report first
-                    record.report = IN_BAND
+                if headers:
+                    if headers[0][0] == _REPORT_NAME:  # the middleware puts an attached report first
+                        record.report = IN_BAND
+                    for name, value in headers:
+                        if name == _AUDIT_ID:
+                            record.audit_id = value
+                            break
             await send(message)
 
         try:
