@@ -30,6 +30,8 @@ Key = ec.EllipticCurvePrivateKey
 FRONT_PROXY_CN = "front-proxy-client"
 USER_CN = "developer"
 LOAD_READER_CN = "load-reader"  # option 2b: may read load reports, asserts no identity
+# The Services `secure-orca deploy` generates (namespace secure-orca), so the dev PKI also serves in a cluster.
+SERVICE_NAMES = ("secure-orca.secure-orca.svc", "secure-orca-lb.secure-orca.svc")
 
 
 def _now() -> dt.datetime:
@@ -182,7 +184,9 @@ def generate(root: Path, force: bool = False) -> DevPKI:
     server_eku = (ExtendedKeyUsageOID.SERVER_AUTH,)
     issued = {
         "ca": ca,
-        "server": issue(ca, "kube-apiserver", dns=("localhost",), ips=("127.0.0.1", "::1"), eku=server_eku),
+        "server": issue(
+            ca, "kube-apiserver", dns=("localhost", *SERVICE_NAMES), ips=("127.0.0.1", "::1"), eku=server_eku
+        ),
         "client_ca": client_ca,
         "user": issue(client_ca, USER_CN, organization="system:developers"),
         "front_proxy_ca": fp_ca,

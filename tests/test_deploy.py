@@ -107,12 +107,15 @@ def test_every_mounted_path_is_named_by_a_serve_flag(generated: tuple[str, list[
     _check_paths(paths, _mounts(spec))
 
 
-def _filenames(node: Any) -> set[str]:
+def _filenames(node: Any, key: str = "") -> set[str]:
+    """Every file path in an Envoy document (``key`` given: the directories under that key)."""
     if isinstance(node, dict):
-        found = {v for k, v in node.items() if k in ("filename", "path") and isinstance(v, str)}
-        return found.union(*(_filenames(v) for v in node.values()))
+        if key and isinstance(node.get(key), dict):
+            return {node[key]["path"]}.union(*(_filenames(v, key) for k, v in node.items() if k != key))
+        found = set() if key else {v for k, v in node.items() if k in ("filename", "path") and isinstance(v, str)}
+        return found.union(*(_filenames(v, key) for k, v in node.items() if key or k != "watched_directory"))
     if isinstance(node, list):
-        return set().union(*(_filenames(v) for v in node))
+        return set().union(*(_filenames(v, key) for v in node))
     return set()
 
 
@@ -124,11 +127,39 @@ def test_every_envoy_path_is_mounted(generated: tuple[str, list[dict[str, Any]]]
     paths = set().union(*(_filenames(doc) for doc in files.values()))
     paths.add(spec["containers"][0]["args"][1])  # --config-path
     _check_paths(paths, _mounts(spec))
+    watched = set().union(*(_filenames(doc, "watched_directory") for doc in files.values()))
+    assert watched <= set(_mounts(spec))  # kubelet's ..data swaps are seen in mounted directories
+    assert bool(watched) == ("shared-secret" in option)  # the secret's SDS file and the secret file itself
     cluster = files["envoy.yaml"]["static_resources"]["clusters"][0]
     assert cluster["type"] == "STRICT_DNS"
     address = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
     assert address == {"address": f"{m.APP}.secure-orca.svc", "port_value": m.SERVE_PORT}
     assert ("secret-sds.yaml" in data) == ("shared-secret" in option)
+
+
+def test_envoy_accepts_the_bootstrap(generated: tuple[str, list[dict[str, Any]]], dev_pki: pki.DevPKI,
+                                     tmp_path: Path) -> None:  # fmt: skip
+    """`envoy --mode validate` on the ConfigMap's files, each mounted path moved to a local copy of its file."""
+    from secure_orca.envoy import files as envoy_files
+
+    envoy = envoy_files.find_envoy()
+    if envoy is None:
+        pytest.skip("envoy (the envoy extra) is not installed")
+    _, docs = generated
+    sources = deploy_cli._sources(build_parser().parse_args(["deploy", "--certs-dir", str(dev_pki.root)]),
+                                  envoy_files.dev_credentials(dev_pki))  # fmt: skip
+    data = _kind(docs, "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]
+    mount = {s: f"{m.MOUNT}/{s.removeprefix('secure-orca-')}" for s in m.SECRETS}
+    files = {f"{mount[s]}/{k}": sources[s][k] for s in m.SECRETS for k in m.SECRETS[s][0]}
+    directories = sorted(mount.values(), key=len, reverse=True)
+    for name, text in data.items():
+        for mounted, local in files.items():
+            text = text.replace(f'"{mounted}"', json.dumps(local))
+        for directory in directories:
+            text = text.replace(f'"{directory}"', json.dumps(str(dev_pki.root)))
+        (tmp_path / name).write_text(text.replace(f'"{m.ENVOY_CONFIG}', f'"{tmp_path}'))
+    ok, output = envoy_files.validate(tmp_path / "envoy.yaml", envoy)
+    assert ok, output[-2000:]
 
 
 def test_resources_are_what_the_sampler_reads_back(generated: tuple[str, list[dict[str, Any]]]) -> None:
