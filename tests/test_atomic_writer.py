@@ -6,12 +6,13 @@ its reload is logged. Only observable behaviour is checked: handshakes, statuses
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import httpx
 import pytest
@@ -218,3 +219,78 @@ def test_token_file(node: Node) -> None:
     assert _status(node.get(None, bearer("old-token-0123456789"))) == 200
     assert node.volume("tokens").write({"tokens.csv": (b'new-token-0123456789,jane,1001,"dev"\n', 0o600)})
     eventually(lambda: _status(node.get(None, bearer("new-token-0123456789"))) == 200, "new token", timeout=2)
+
+
+def test_envoy_follows_a_shared_secret_swapped_by_kubelet(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    """The generated deployment's Envoy side: its shared secret and its SDS file live in volumes written by the
+    atomic writer (as the deploy/ manifests mount them) and are watched as `secure-orca deploy` configures
+    (watched_directory). Envoy's secret is swapped first, so the replica (still on the old one) refuses what Envoy
+    sends: that refusal is how the test sees Envoy re-read the file (Envoy logs nothing and counts no SDS update for
+    a re-read file). Then the replica's: every request through Envoy gets its report again."""
+    from secure_orca.deploy import manifests
+    from secure_orca.envoy import bootstrap, files
+
+    binary = files.find_envoy()
+    if binary is None:
+        pytest.skip("envoy (the envoy extra) is not installed")
+    old, new = dev_pki.secret.read_text().strip(), pki.new_secret()
+    replica_secret = AtomicWriter(tmp_path / "replica-secret")
+    lb_secret, lb_config = AtomicWriter(tmp_path / "lb-secret"), AtomicWriter(tmp_path / "lb-config")
+    replica_secret.write({"secret": (f"{old}\n".encode(), 0o600)})
+    lb_secret.write({"secret": (f"{old}\n".encode(), 0o600)})
+    metrics = f"127.0.0.1:{launch.free_port()}"
+    flags = [
+        "--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
+        "--endpoint-load-metrics-auth", "shared-secret",
+        "--endpoint-load-metrics-secret-file", str(replica_secret.target / "secret"),
+        "--credential-reload-interval", f"{POLL}s", "--metrics-bind-address", metrics,
+    ]  # fmt: skip
+    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        listen, admin = launch.free_port(), launch.free_port()
+        config = files.dev_config(
+            dev_pki, [bootstrap.Upstream("127.0.0.1", replica.port)], option="shared-secret",
+            timing=bootstrap.TEST_TIMING, listen_port=listen, admin_port=admin,
+        )  # fmt: skip
+        config = dataclasses.replace(
+            config,
+            credentials=dataclasses.replace(config.credentials, secret_file=lb_secret.target / "secret"),
+            sds_path=lb_config.target / "secret-sds.yaml",
+        )
+        generated = manifests.envoy_files(config, PurePosixPath(lb_config.target))
+        lb_config.write({name: (text.encode(), 0o644) for name, text in generated.items()})
+        envoy = launch.start_process("envoy", [binary, "-c", str(lb_config.target / "envoy.yaml"), "--concurrency",
+                                               "1", "-l", "info", "--disable-hot-restart"])  # fmt: skip
+        try:
+            eventually(lambda: _listening(listen), "envoy listening", timeout=30)
+            context = ssl.create_default_context(cafile=str(dev_pki.cert("ca")))
+            with httpx.Client(verify=context, timeout=10) as client:
+
+                def granted() -> float:
+                    assert client.get(f"https://localhost:{listen}/version").status_code == 200
+                    return _reports(metrics)
+
+                eventually(lambda: granted() > 0, "reports through Envoy with the old secret")
+                lb_secret.write({"secret": (f"{new}\n".encode(), 0o600)})  # Envoy first: the replica refuses it
+                eventually(lambda: granted() >= 0 and _reports(metrics, "secret", "refused") > 0, "Envoy sends new")
+                replica_secret.write({"secret": (f"{new}\n".encode(), 0o600)})
+                eventually(lambda: "reloaded --endpoint-load-metrics-secret-file" in "".join(replica.process.lines),
+                           "replica reloads")  # fmt: skip
+                before, refused = granted(), _reports(metrics, "secret", "refused")
+                for _ in range(5):
+                    granted()
+                assert _reports(metrics) == before + 5 and _reports(metrics, "secret", "refused") == refused
+        finally:
+            envoy.stop()
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _reports(metrics: str, reason: str = "shared-secret", result: str = "attached") -> float:
+    text = httpx.get(f"http://{metrics}/metrics", timeout=5).text
+    match = re.search(rf'secure_orca_load_reports_total\{{reason="{reason}",result="{result}"\}} ([0-9.]+)', text)
+    return float(match.group(1)) if match else 0.0
