@@ -3,6 +3,10 @@ a user certificate, a front-proxy CA with a CN-only ``front-proxy-client`` certi
 load-reader CA with a CN-only ``load-reader`` certificate (option 2b: reads load, asserts no identity),
 and a random shared-secret file (mode 0600). Existing files are never overwritten without --force.
 
+Beside it, for kubectl: a token file (``tokens.csv``, mode 0600, kube's CSV with one random token for ``jane``)
+and a kubeconfig (mode 0600: it holds that token) with the contexts docs/authentication.md uses: ``developer``
+(the user certificate, the current context), ``jane`` (her token) and ``intruder`` (a token no file holds).
+
 For development and tests only: keys are written unencrypted.
 """
 
@@ -26,6 +30,8 @@ Key = ec.EllipticCurvePrivateKey
 FRONT_PROXY_CN = "front-proxy-client"
 USER_CN = "developer"
 LOAD_READER_CN = "load-reader"  # option 2b: may read load reports, asserts no identity
+# The Services `secure-orca deploy` generates (namespace secure-orca), so the dev PKI also serves in a cluster.
+SERVICE_NAMES = ("secure-orca.secure-orca.svc", "secure-orca-lb.secure-orca.svc")
 
 
 def _now() -> dt.datetime:
@@ -178,7 +184,9 @@ def generate(root: Path, force: bool = False) -> DevPKI:
     server_eku = (ExtendedKeyUsageOID.SERVER_AUTH,)
     issued = {
         "ca": ca,
-        "server": issue(ca, "kube-apiserver", dns=("localhost",), ips=("127.0.0.1", "::1"), eku=server_eku),
+        "server": issue(
+            ca, "kube-apiserver", dns=("localhost", *SERVICE_NAMES), ips=("127.0.0.1", "::1"), eku=server_eku
+        ),
         "client_ca": client_ca,
         "user": issue(client_ca, USER_CN, organization="system:developers"),
         "front_proxy_ca": fp_ca,
@@ -209,5 +217,61 @@ def generate(root: Path, force: bool = False) -> DevPKI:
     return pki
 
 
+TOKENS_FILE = "tokens.csv"
+KUBECONFIG_FILE = "kubeconfig"
+DEV_TOKEN_USER = ("jane", "1001", '"ops,system:viewers"')
+INTRUDER_TOKEN = "guessed-token"
+DEFAULT_SERVER = "https://localhost:6443"
 
 
+def _write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``, mode 0600 from the start (a fresh O_EXCL temporary file renamed over it)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o600)
+            handle.write(data)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def write_tokens(root: Path) -> tuple[Path, str]:
+    """``tokens.csv``: one random token for ``jane`` (uid 1001, groups ops and system:viewers), mode 0600; the
+    file and the token it holds."""
+    path = root / TOKENS_FILE
+    token = f"ops-token-{secrets.token_hex(16)}"
+    _write_private(path, f"{token},{','.join(DEV_TOKEN_USER)}\n".encode())
+    return path, token
+
+
+def kubeconfig(root: Path, server: str = DEFAULT_SERVER, token: str | None = None) -> dict[str, object]:
+    """The development kubeconfig: paths relative to ``root`` (kubectl resolves them against the kubeconfig's
+    own directory); with ``token`` (the one ``write_tokens`` wrote), a ``jane`` context, and ``intruder`` with a
+    guessed token."""
+    pki = DevPKI(root)
+    users: dict[str, dict[str, str]] = {
+        "developer": {"client-certificate": FILES["user"], "client-key": pki.key("user").name},
+    }
+    if token is not None:
+        users[DEV_TOKEN_USER[0]] = {"token": token}
+        users["intruder"] = {"token": INTRUDER_TOKEN}
+    cluster = {"server": server, "certificate-authority": FILES["ca"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "secure-orca", "cluster": cluster}],
+        "users": [{"name": name, "user": user} for name, user in users.items()],
+        "contexts": [{"name": name, "context": {"cluster": "secure-orca", "user": name}} for name in users],
+        "current-context": "developer",
+    }
+
+
+def write_kubeconfig(root: Path, server: str = DEFAULT_SERVER, token: str | None = None) -> Path:
+    """``kubeconfig`` in ``root`` (JSON, which is YAML), mode 0600: it may hold a token."""
+    import json
+
+    path = root / KUBECONFIG_FILE
+    _write_private(path, (json.dumps(kubeconfig(root, server, token), indent=2) + "\n").encode())
+    return path

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "certs": "secure_orca.cli.certs",
     "probe": "secure_orca.cli.probe",
     "envoy-config": "secure_orca.cli.envoy",
+    "deploy": "secure_orca.cli.deploy",
     "hpack": "secure_orca.cli.hpack",
 }
 

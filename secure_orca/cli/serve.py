@@ -172,6 +172,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="per HTTP/2 request, the chance (0 to 0.02) of a graceful GOAWAY so a load balancer can rebalance",
     )
     a("--metrics-bind-address", default="", help="serve Prometheus /metrics on HOST:PORT (off by default)")
+    a(
+        "--audit-log-path",
+        default="",
+        help="write one audit event (audit.k8s.io/v1 JSON) per request to this file; '-' means standard out",
+    )
+    a("--audit-log-maxsize", type=int, default=100, help="MB before the audit log is rotated; 0: never (default 100)")
+    a("--audit-log-maxbackup", type=int, default=100, help="rotated audit logs to keep; 0 keeps all (default 100)")
     a("--credential-reload-interval", default="1s", help="how often credential files are re-read (default 1s)")
     a(
         "--demo-work",
@@ -214,8 +221,8 @@ def run(args: argparse.Namespace) -> int:
         log.info("metrics on http://%s/metrics", bind_address(host, port))
         if not is_loopback(host):
             log.warning(
-                "--metrics-bind-address %s is not a loopback address: /metrics has no authentication, and anyone "
-                "who reaches it reads every load value at full precision",
+                "--metrics-bind-address %s is not a loopback address: /metrics has no authentication (it carries "
+                "no load value, but counts of requests, reports and authentications)",
                 host,
             )
 

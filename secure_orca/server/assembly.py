@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from secure_orca.authn.authenticator import Outcome, Request
 from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.credentials import loader
 from secure_orca.credentials.loader import Material
 from secure_orca.server import demo
 from secure_orca.server.adapter import ServerOptions, make_server_context, serve
-from secure_orca.server.asgi import ASGIApp, BodyDeadline
+from secure_orca.server.asgi import ASGIApp, BodyDeadline, Scope
+from secure_orca.server.audit import AuditLog, AuditMiddleware, KnownSecrets, open_sink, record_of
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
@@ -37,6 +40,7 @@ class Server:
     reloader: Reloader
     metrics: Metrics | None
     oob: OobService | None = None  # StreamCoreMetrics in front of ``app`` (docs/out-of-band.md)
+    audit: AuditLog | None = None
 
     @classmethod
     def assemble(cls, config: ServeConfig, verbose: bool = False) -> Server:
@@ -79,7 +83,22 @@ class Server:
             goaway_chance=config.goaway_chance,
             access_log=verbose,
         )
-        return cls(config, sampler, app, proxy, options, reloader, metrics, oob)
+        audit = None
+        if config.audit_path:
+            sink = open_sink(config.audit_path, config.audit_maxsize, config.audit_maxbackup)
+            audit = AuditLog(sink, KnownSecrets(lambda: reloader.material))
+            if metrics is not None:
+                metrics.watch_audit(audit)
+        if authentication is not None and (metrics is not None or audit is not None):
+            authentication.observe = observer(metrics, audit is not None)
+        return cls(config, sampler, app, proxy, options, reloader, metrics, oob, audit)
+
+    @property
+    def entry(self) -> ASGIApp:
+        """The application the adapter serves: the out-of-band service in front of the app, and the audit layer
+        outermost when auditing."""
+        served: ASGIApp = self.oob or self.app
+        return AuditMiddleware(served, self.audit) if self.audit is not None else served
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
         """Serve until ``shutdown_trigger`` returns; the sampler and the reloader run on this loop."""
@@ -95,13 +114,33 @@ class Server:
                 if oob is not None:
                     oob.shutdown()  # open streams end with a status before the connections drain
 
+        if self.audit is not None:
+            self.audit.start()
         try:
-            await serve(oob or self.app, self.options, trigger)
+            await serve(self.entry, self.options, trigger)
         finally:
             reloading.cancel()
             self.sampler.stop()
+            if self.audit is not None:
+                self.audit.stop()
             if self.proxy is not None:
                 await self.proxy.aclose()
+
+
+def observer(metrics: Metrics | None, audit: bool) -> Callable[[Scope, Request, Outcome, float], None]:
+    """What AuthenticationMiddleware reports each authentication to: kube's metrics, the audit record."""
+
+    def observe(scope: Scope, request: Request, outcome: Outcome, started: float) -> None:
+        if metrics is not None:
+            metrics.on_authentication(outcome, time.perf_counter() - started)
+        record = record_of(scope) if audit else None
+        if record is not None:
+            record.user = outcome.user
+            if request.front_proxy.holds_at(request.now):
+                record.front_proxy = request.leaf
+
+    return observe
+
 
 def _both(
     first: Callable[[str, bool], None] | None, second: Callable[[str, bool], None] | None

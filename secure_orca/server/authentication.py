@@ -15,12 +15,13 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from cryptography import x509
 
-from secure_orca.authn.authenticator import Authenticator, Request
+from secure_orca.authn.authenticator import Authenticator, Outcome, Request
 from secure_orca.authn.requestheader import STANDARD, IdentityHeaders, RequestHeaderConfig
 from secure_orca.authn.review import UNAUTHORIZED_STATUS
 from secure_orca.authn.tokenfile import TokenFile
@@ -34,6 +35,7 @@ from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, ChainVer
 log = logging.getLogger("secure_orca.authn")
 USER_KEY = "secure_orca.user"  # scope key of the authenticated UserInfo
 _AUTHORIZATION = b"authorization"
+Observer = Callable[[Scope, Request, Outcome, float], None]  # each authentication, with its perf_counter start
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class AuthenticationMiddleware:
         self.clients = clients
         self.on_failure = on_failure
         self.load_readers = load_readers
+        self.observe: Observer | None = None
 
     def trust_clients(self, client_cas: list[x509.Certificate]) -> None:
         """Replace the --client-ca-file trust (on reload); the x509 authenticator must already be configured."""
@@ -118,7 +121,11 @@ class AuthenticationMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        outcome = self.authenticate(self.request(scope))
+        started = time.perf_counter() if self.observe is not None else 0.0
+        request = self.request(scope)
+        outcome = self.authenticate(request)
+        if self.observe is not None:  # metrics and audit (server.assembly wires them)
+            self.observe(scope, request, outcome, started)
         if outcome.user is None:
             reason = outcome.error or "no authenticator accepted the request"
             log.info("unable to authenticate the request: %s", reason)

@@ -58,6 +58,9 @@ class ServeConfig:
     demo_work: bool = False
     notes: list[str] = field(default_factory=list)
     authentication: AuthenticationConfig = field(default_factory=AuthenticationConfig)
+    audit_path: str = ""  # --audit-log-path ('-': standard out)
+    audit_maxsize: int = 100  # --audit-log-maxsize, MB
+    audit_maxbackup: int = 100  # --audit-log-maxbackup
     oob: OobConfig | None = None  # StreamCoreMetrics on the serving port (docs/out-of-band.md); None: off
 
 
@@ -174,6 +177,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         _flag("--metrics-bind-address", lambda: parse_address(args.metrics_bind_address))
     if args.requestheader_allowed_names and args.requestheader_allowed_names_file:
         raise UsageError("--requestheader-allowed-names-file: give either it or --requestheader-allowed-names")
+    for flag in ("maxsize", "maxbackup"):
+        if getattr(args, f"audit_log_{flag}", 0) < 0:
+            raise UsageError(f"--audit-log-{flag} {getattr(args, f'audit_log_{flag}')} can't be a negative number")
     listed = parse_list(args.endpoint_load_metrics_auth)
     unknown = [m for m in listed if m not in MODES]
     if unknown or not listed:
@@ -247,6 +253,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         notes=notes,
         authentication=authentication,
         oob=_oob(args, enabled, frozenset(m for m in modes if usable[m]), interval),
+        audit_path=getattr(args, "audit_log_path", ""),
+        audit_maxsize=getattr(args, "audit_log_maxsize", 100),
+        audit_maxbackup=getattr(args, "audit_log_maxbackup", 100),
     )
 
 

@@ -2,21 +2,51 @@
 
 Counters on the request path are pre-bound children (one increment, no label lookup), and only requests
 that carry the opt-in are counted. Sampler and verifier figures are read at scrape time, costing requests
-nothing. Served on an opt-in address, loopback unless told otherwise.
+nothing. Served on an opt-in address, loopback unless told otherwise. The load values themselves are never
+exported: they are what the policy guards, and /metrics has no authentication.
+
+kube's authentication metrics mirror kubernetes/apiserver ``pkg/endpoints/filters/metrics.go`` at
+24a394e516bfda066d7e2221d7d92c052de27c54 (``recordAuthenticationMetrics``): ``authentication_attempts``
+(counter, ``result``: success, failure, error), ``authentication_duration_seconds`` (histogram, ``result``,
+``ExponentialBuckets(0.001, 2, 15)``) and ``authenticated_user_requests`` (counter, ``username`` compressed by
+``compressUsername``). prometheus-client writes a counter's samples with ``_total`` appended, as Go's client
+does in the OpenMetrics format.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from secure_orca.authn.authenticator import Outcome
 from secure_orca.authz.policy import Decision
 from secure_orca.authz.reasons import Reason
 from secure_orca.errors import FlagError
+from secure_orca.server.audit import AuditLog
 from secure_orca.server.sampler import Sampler
+
+# kube's ExponentialBuckets(0.001, 2, 15): 1 ms to 16.384 s
+AUTHENTICATION_BUCKETS = tuple(0.001 * 2**i for i in range(15))
+AUTHENTICATION_RESULTS = ("success", "failure", "error")
+_KNOWN_USERS = frozenset({"admin", "client", "kube_proxy", "kubelet", "system:serviceaccount:kube-system:default"})
+
+
+def compress_username(name: str) -> str:
+    """kube's ``compressUsername``: a few known identities by name, ``email_id`` for anything with an @,
+    ``other`` for the rest (bounded cardinality, and no user name on /metrics)."""
+    if name in _KNOWN_USERS:
+        return name
+    return "email_id" if "@" in name else "other"
+
+
+def authentication_result(outcome: Outcome) -> str:
+    """kube's label: ``error`` when an authenticator refused a credential, ``failure`` when none accepted."""
+    if outcome.user is not None:
+        return "success"
+    return "error" if outcome.error is not None else "failure"
 
 
 class _SamplerCollector(Collector):
@@ -34,12 +64,22 @@ class _SamplerCollector(Collector):
             ("secure_orca_front_proxy_verifications", self.verifications(), "Client chains verified."),
         ):
             yield CounterMetricFamily(name, doc, value=value)
-        gauge = GaugeMetricFamily("secure_orca_load_report_value", "Last sampled values.", labels=["metric"])
-        report = s.report
-        if report is not None:
-            for key, value in report.items():
-                gauge.add_metric([key], value)
-        yield gauge
+
+
+class _AuditCollector(Collector):
+    def __init__(self, audit: AuditLog) -> None:
+        self.audit = audit
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        a = self.audit
+        yield CounterMetricFamily("secure_orca_audit_events_written", "Audit events written.", value=a.written)
+        yield CounterMetricFamily(
+            "secure_orca_audit_events_dropped", "Audit events dropped: the queue was full.", value=a.dropped
+        )
+        yield CounterMetricFamily(
+            "secure_orca_audit_write_errors", "Audit events lost to write errors (a full disk).", value=a.write_errors
+        )
+        yield GaugeMetricFamily("secure_orca_audit_queue_length", "Audit events waiting.", value=len(a.queue))
 
 
 class Metrics:
@@ -67,6 +107,34 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_SamplerCollector(sampler, verifications))
+        attempts = Counter(
+            "authentication_attempts", "Counter of authenticated attempts.", ["result"], registry=self.registry
+        )
+        duration = Histogram(
+            "authentication_duration_seconds",
+            "Authentication duration in seconds broken out by result.",
+            ["result"],
+            buckets=AUTHENTICATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._users = Counter(
+            "authenticated_user_requests",
+            "Counter of authenticated requests broken out by username.",
+            ["username"],
+            registry=self.registry,
+        )
+        self._attempts = {r: attempts.labels(r) for r in AUTHENTICATION_RESULTS}
+        self._duration = {r: duration.labels(r) for r in AUTHENTICATION_RESULTS}
+
+    def watch_audit(self, audit: AuditLog) -> None:
+        self.registry.register(_AuditCollector(audit))
+
+    def on_authentication(self, outcome: Outcome, seconds: float) -> None:
+        result = authentication_result(outcome)
+        self._attempts[result].inc()
+        self._duration[result].observe(seconds)
+        if outcome.user is not None:
+            self._users.labels(compress_username(outcome.user.name)).inc()
 
     def on_decision(self, decision: Decision) -> None:
         self._by_reason[decision.reason].inc()
@@ -91,5 +159,3 @@ def parse_address(text: str) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise FlagError(f"invalid address {text!r} (use HOST:PORT, e.g. 127.0.0.1:9090)")
     return host, int(port_text)
-
-

@@ -26,6 +26,7 @@ from secure_orca.credentials.loader import Material
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
+from secure_orca.server.audit import AUDIT_KEY
 from secure_orca.server.sampler import Sampler
 from secure_orca.x509.cache import NEVER, Cached, ChainCache
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainVerifier
@@ -251,6 +252,8 @@ class LoadReportMiddleware:
             granted = self.decide(scope, optin_values)
             if self.on_decision is not None:
                 self.on_decision(granted)
+            if AUDIT_KEY in scope:  # the audit event's annotation (server.audit)
+                scope[AUDIT_KEY].decision = granted.reason
         counters = self.sampler.counters
         counters.in_flight += 1
 

@@ -24,7 +24,7 @@ from .backends import Recorded, recording_backend
 from .wire import get_h2, h1_get, h1_status
 
 PREFIX = "/apis/x"
-LEAK_MARKER = "secure_orca_load_report_value"
+LEAK_MARKER = "secure_orca_sampler_ticks_total"  # /metrics reached through the proxy
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,1 @@
+"""Kubernetes manifests for replicas of ``secure-orca serve`` behind Envoy (``secure-orca deploy``)."""

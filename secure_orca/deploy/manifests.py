@@ -1,0 +1,352 @@
+"""Kubernetes manifests (pure data): N replicas of ``secure-orca serve`` behind Envoy, from the LBConfig that
+``secure-orca envoy-config`` builds, with its credential paths moved to where the Secrets are mounted.
+
+- ``secure-orca`` Deployment + headless Service (Envoy resolves every Pod: STRICT_DNS, one endpoint per replica,
+  each weighted by its own ORCA reports) + PodDisruptionBudget;
+- ``secure-orca-lb`` Deployment running Envoy with the bootstrap in a ConfigMap, + Service;
+- Secrets are referenced, never written: the manifests carry no key material (``secret_commands`` lists the
+  ``kubectl create secret`` lines that fill them).
+
+Probes: /readyz (readiness) and /healthz (liveness) over HTTPS, as anonymous requests (kube's probes do the same).
+Resources: requests equal to limits (Guaranteed QoS), so kubelet writes the CPU limit into ``cpu.max`` as
+``MilliCPUToQuota`` computes it (kubernetes/kubernetes pkg/kubelet/cm/helpers_linux.go at
+00ac878efc72b054488300fe600d8a75283b6605: quota = milliCPU x 100000 / 1000, at least 1000, period 100000) and the
+memory limit into ``memory.max``: what ``server.sampler.Sources`` reads as the capacity that load is a share of.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from secure_orca.envoy import bootstrap as envoy
+
+MOUNT = PurePosixPath("/etc/secure-orca")
+ENVOY_CONFIG = PurePosixPath("/etc/envoy")
+SERVE_PORT = 6443
+METRICS_PORT = 9090
+LB_PORT = 8443
+APP = "secure-orca"
+LB = "secure-orca-lb"
+ENVOY_CONFIG_MAP = "secure-orca-envoy"
+USER = 65532  # a non-root uid; fsGroup makes the Secret files group-readable (never world-readable)
+
+# Secret name -> (keys, what fills it). The serve side and the LB side each mount only what they use.
+SECRETS = {
+    "secure-orca-serving": (("tls.crt", "tls.key"), "the replicas' serving certificate (SAN: the Service name)"),
+    "secure-orca-client-ca": (("ca.crt",), "CA of user client certificates (--client-ca-file)"),
+    "secure-orca-front-proxy-ca": (("ca.crt",), "CA of the front proxy (--requestheader-client-ca-file)"),
+    "secure-orca-load-reader-ca": (("ca.crt",), "CA of load readers (--endpoint-load-metrics-client-ca-file)"),
+    "secure-orca-lb-secret": (("secret",), "the shared secret (--endpoint-load-metrics-secret-file)"),
+    "secure-orca-lb-serving": (("tls.crt", "tls.key"), "Envoy's own serving certificate"),
+    "secure-orca-serving-ca": (("ca.crt",), "CA that signed the replicas' serving certificate (Envoy verifies)"),
+    "secure-orca-front-proxy-client": (("tls.crt", "tls.key"), "Envoy's front-proxy client certificate"),
+    "secure-orca-load-reader-client": (("tls.crt", "tls.key"), "Envoy's load-reader client certificate"),
+}
+
+
+@dataclass(frozen=True)
+class Resources:
+    """One container's requests (= limits): CPU in millicores, memory in MiB."""
+
+    milli_cpu: int = 1000
+    memory_mib: int = 256
+
+    def spec(self) -> dict[str, Any]:
+        amounts = {"cpu": f"{self.milli_cpu}m", "memory": f"{self.memory_mib}Mi"}
+        return {"requests": dict(amounts), "limits": dict(amounts)}
+
+    def cgroup(self) -> dict[str, str]:
+        """What kubelet writes for these limits (cgroup v2 file contents)."""
+        quota = max(self.milli_cpu * 100_000 // 1000, 1000)
+        return {"cpu.max": f"{quota} 100000", "memory.max": str(self.memory_mib * 1024 * 1024)}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the manifests depend on besides the LB's configuration."""
+
+    namespace: str = "secure-orca"
+    replicas: int = 3
+    lb_replicas: int = 2
+    image: str = "secure-orca:dev"
+    envoy_image: str = "envoyproxy/envoy:v1.40.0"
+    resources: Resources = Resources()
+    lb_resources: Resources = Resources(500, 128)
+    front_proxy_names: tuple[str, ...] = ()  # --requestheader-allowed-names (the CN of Envoy's certificate)
+    load_reader_names: tuple[str, ...] = ()
+
+    @property
+    def service_host(self) -> str:
+        return f"{APP}.{self.namespace}.svc"
+
+
+def _mount(secret: str) -> PurePosixPath:
+    return MOUNT / secret.removeprefix("secure-orca-")
+
+
+def _file(secret: str, key: str) -> str:
+    return str(_mount(secret) / key)
+
+
+def kube_config(config: envoy.LBConfig, deployment: Deployment) -> envoy.LBConfig:
+    """``config`` (as envoy-config built it) with every path where the LB Pod mounts it, listening on all
+    addresses, balancing over the headless Service's name."""
+    creds = config.credentials
+    moved = envoy.Credentials(
+        listener_cert=Path(_file("secure-orca-lb-serving", "tls.crt")),
+        listener_key=Path(_file("secure-orca-lb-serving", "tls.key")),
+        upstream_ca=Path(_file("secure-orca-serving-ca", "ca.crt")),
+        front_proxy_cert=_moved(creds.front_proxy_cert, "secure-orca-front-proxy-client", "tls.crt"),
+        front_proxy_key=_moved(creds.front_proxy_key, "secure-orca-front-proxy-client", "tls.key"),
+        secret_file=_moved(creds.secret_file, "secure-orca-lb-secret", "secret"),
+        client_ca=_moved(creds.client_ca, "secure-orca-client-ca", "ca.crt"),
+        load_reader_cert=_moved(creds.load_reader_cert, "secure-orca-load-reader-client", "tls.crt"),
+        load_reader_key=_moved(creds.load_reader_key, "secure-orca-load-reader-client", "tls.key"),
+    )
+    upstream = envoy.Upstream(deployment.service_host, SERVE_PORT)
+    return dataclasses.replace(
+        config,
+        credentials=moved,
+        upstreams=(upstream,),
+        listen_host="0.0.0.0",
+        listen_port=LB_PORT,
+        server_name=deployment.service_host,
+        secret_delivery="sds",
+        inline_secret=None,
+        sds_path=Path(ENVOY_CONFIG / "secret-sds.yaml"),
+    )
+
+
+def _moved(path: object, secret: str, key: str) -> Path | None:
+    return None if path is None else Path(_file(secret, key))
+
+
+def envoy_files(config: envoy.LBConfig, config_dir: PurePosixPath = ENVOY_CONFIG) -> dict[str, str]:
+    """The ConfigMap's files (mounted at ``config_dir``): Envoy's bootstrap (its cluster resolved by DNS), and the
+    SDS resource."""
+    document = envoy.build_bootstrap(config)
+    cluster = document["static_resources"]["clusters"][0]
+    cluster["type"] = "STRICT_DNS"  # one endpoint per Pod address behind the headless Service (re-resolved every 5 s)
+    for source in _path_sources(document):  # kubelet swaps ..data: Envoy watches the directory for the move
+        source["watched_directory"] = {"path": str(config_dir)}
+    files = {"envoy.yaml": envoy.render(document, "generated by `secure-orca deploy`: do not edit")}
+    if "shared-secret" in config.modes:
+        sds = envoy.sds_resource(config)
+        secret = sds["resources"][0]["generic_secret"]["secret"]
+        secret["watched_directory"] = {"path": str(PurePosixPath(secret["filename"]).parent)}
+        files["secret-sds.yaml"] = envoy.render(sds, "SDS resource: names the secret file, re-read on a kubelet swap")
+    return files
+
+
+def _path_sources(node: Any) -> list[dict[str, Any]]:
+    """Every ``path_config_source`` in a bootstrap."""
+    if isinstance(node, dict):
+        found = [node["path_config_source"]] if isinstance(node.get("path_config_source"), dict) else []
+        return found + [s for value in node.values() for s in _path_sources(value)]
+    if isinstance(node, list):
+        return [s for value in node for s in _path_sources(value)]
+    return []
+
+
+def serve_secrets(modes: frozenset[str]) -> list[str]:
+    """The Secrets a replica mounts for ``modes`` (the replica's --endpoint-load-metrics-auth)."""
+    names = ["secure-orca-serving", "secure-orca-client-ca"]
+    if "front-proxy" in modes:
+        names.append("secure-orca-front-proxy-ca")
+    if "shared-secret" in modes:
+        names.append("secure-orca-lb-secret")
+    if "load-reader" in modes:
+        names.append("secure-orca-load-reader-ca")
+    return names
+
+
+def lb_secrets(config: envoy.LBConfig) -> list[str]:
+    creds = config.credentials
+    names = ["secure-orca-lb-serving", "secure-orca-serving-ca"]
+    for path, secret in (
+        (creds.front_proxy_cert if "front-proxy" in config.modes else None, "secure-orca-front-proxy-client"),
+        (creds.client_ca if config.authenticates else None, "secure-orca-client-ca"),
+        (creds.secret_file if "shared-secret" in config.modes else None, "secure-orca-lb-secret"),
+        (creds.load_reader_cert if "load-reader" in config.modes else None, "secure-orca-load-reader-client"),
+    ):
+        if path is not None:
+            names.append(secret)
+    return names
+
+
+def serve_args(option: str, deployment: Deployment) -> list[str]:
+    """The replicas' ``serve`` flags for the LB's ``option``; every path is a file of a mounted Secret."""
+    modes = frozenset(option.split(","))
+    args = [
+        "serve",
+        "--bind-address=0.0.0.0",
+        f"--secure-port={SERVE_PORT}",
+        f"--tls-cert-file={_file('secure-orca-serving', 'tls.crt')}",
+        f"--tls-private-key-file={_file('secure-orca-serving', 'tls.key')}",
+        f"--client-ca-file={_file('secure-orca-client-ca', 'ca.crt')}",
+        "--feature-gates=RequestCostAggregation=true",
+        "--enable-endpoint-load-metrics",
+        f"--endpoint-load-metrics-auth={option}",
+        f"--metrics-bind-address=0.0.0.0:{METRICS_PORT}",
+        "--audit-log-path=-",
+    ]
+    if "front-proxy" in modes:
+        args.append(f"--requestheader-client-ca-file={_file('secure-orca-front-proxy-ca', 'ca.crt')}")
+        args.append(f"--requestheader-allowed-names={','.join(deployment.front_proxy_names)}")
+    if "shared-secret" in modes:
+        args.append(f"--endpoint-load-metrics-secret-file={_file('secure-orca-lb-secret', 'secret')}")
+    if "load-reader" in modes:
+        args.append(f"--endpoint-load-metrics-client-ca-file={_file('secure-orca-load-reader-ca', 'ca.crt')}")
+        if deployment.load_reader_names:
+            args.append(f"--endpoint-load-metrics-allowed-names={','.join(deployment.load_reader_names)}")
+    return args
+
+
+def _volumes(secrets: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes = [
+        {"name": s.removeprefix("secure-orca-"), "secret": {"secretName": s, "defaultMode": 0o440}} for s in secrets
+    ]
+    mounts = [{"name": s.removeprefix("secure-orca-"), "mountPath": str(_mount(s)), "readOnly": True} for s in secrets]
+    return volumes, mounts
+
+
+def _meta(name: str, deployment: Deployment, component: str) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": component}
+    return {"name": name, "namespace": deployment.namespace, "labels": labels}
+
+
+def _selector(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": component}
+
+
+_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _probe(path: str, port: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": port, "scheme": "HTTPS"}, "periodSeconds": 10, "timeoutSeconds": 2}
+
+
+def serve_manifests(option: str, deployment: Deployment) -> list[dict[str, Any]]:
+    volumes, mounts = _volumes(serve_secrets(frozenset(option.split(","))))
+    selector = _selector("server")
+    container = {
+        "name": "secure-orca",
+        "image": deployment.image,
+        "args": serve_args(option, deployment),
+        "ports": [
+            {"name": "https", "containerPort": SERVE_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        "readinessProbe": _probe("/readyz", SERVE_PORT),
+        "livenessProbe": _probe("/healthz", SERVE_PORT),
+        "resources": deployment.resources.spec(),
+        "volumeMounts": mounts,
+        "securityContext": _SECURITY,
+    }
+    pod = {
+        "metadata": {"labels": selector},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "runAsUser": USER, "runAsGroup": USER, "fsGroup": USER},
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _meta(APP, deployment, "server"),
+            "spec": {"replicas": deployment.replicas, "selector": {"matchLabels": selector}, "template": pod},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(APP, deployment, "server"),
+            "spec": {
+                "clusterIP": "None",  # headless: Envoy sees every replica, not one virtual address
+                "selector": selector,
+                "ports": [{"name": "https", "port": SERVE_PORT, "targetPort": "https"}],
+            },
+        },
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _meta(APP, deployment, "server"),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
+        },
+    ]
+
+
+def lb_manifests(config: envoy.LBConfig, deployment: Deployment) -> list[dict[str, Any]]:
+    volumes, mounts = _volumes(lb_secrets(config))
+    volumes.append({"name": "envoy-config", "configMap": {"name": ENVOY_CONFIG_MAP}})
+    mounts.append({"name": "envoy-config", "mountPath": str(ENVOY_CONFIG), "readOnly": True})
+    selector = _selector("load-balancer")
+    tcp = {"tcpSocket": {"port": LB_PORT}, "periodSeconds": 10}  # Envoy's admin stays on loopback
+    container = {
+        "name": "envoy",
+        "image": deployment.envoy_image,
+        "command": ["envoy"],
+        "args": ["--config-path", str(ENVOY_CONFIG / "envoy.yaml"), "--log-level", "info"],
+        "ports": [{"name": "https", "containerPort": LB_PORT}],
+        "readinessProbe": tcp,
+        "livenessProbe": tcp,
+        "resources": deployment.lb_resources.spec(),
+        "volumeMounts": mounts,
+        "securityContext": _SECURITY,
+    }
+    pod = {
+        "metadata": {"labels": selector},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "runAsUser": USER, "runAsGroup": USER, "fsGroup": USER},
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(ENVOY_CONFIG_MAP, deployment, "load-balancer"),
+            "data": envoy_files(config),
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _meta(LB, deployment, "load-balancer"),
+            "spec": {"replicas": deployment.lb_replicas, "selector": {"matchLabels": selector}, "template": pod},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(LB, deployment, "load-balancer"),
+            "spec": {"selector": selector, "ports": [{"name": "https", "port": 443, "targetPort": "https"}]},
+        },
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _meta(LB, deployment, "load-balancer"),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
+        },
+    ]
+
+
+def namespace(deployment: Deployment) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": deployment.namespace}}
+
+
+def secret_commands(secrets: list[str], sources: dict[str, dict[str, str]], deployment: Deployment) -> list[str]:
+    """``kubectl create secret generic`` for each Secret, from local files (``sources[secret][key]`` = path)."""
+    lines = []
+    for secret in secrets:
+        keys = SECRETS[secret][0]
+        files = " ".join(f"--from-file={key}={sources[secret][key]}" for key in keys)
+        lines.append(f"kubectl -n {deployment.namespace} create secret generic {secret} {files}")
+    return lines

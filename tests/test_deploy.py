@@ -1,0 +1,214 @@
+"""`secure-orca deploy`: the manifests are valid for Kubernetes 1.37 (kubernetes-validate's bundled schemas,
+strict), every serve flag in them is one `serve` accepts, every mounted path is one a flag names (and every flag's
+path is mounted), the resources are what the sampler reads back from the cgroup, no key material is written,
+and the committed deploy/ is what the command generates. No cluster runs here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from secure_orca import pki
+from secure_orca.cli import build_parser
+from secure_orca.cli import deploy as deploy_cli
+from secure_orca.deploy import manifests as m
+from secure_orca.server.sampler import parse_cpu_max, parse_memory_limit
+
+ROOT = Path(__file__).resolve().parents[1]
+OPTIONS = ("front-proxy,shared-secret", "front-proxy", "shared-secret", "load-reader", "header-only")
+
+
+def _generate(certs: Path, *flags: str) -> dict[str, str]:
+    args = build_parser().parse_args(["deploy", "--certs-dir", str(certs), *flags])
+    return deploy_cli.generate(args)
+
+
+def _documents(files: dict[str, str]) -> list[dict[str, Any]]:
+    return [doc for name, text in files.items() if name.endswith(".yaml") for doc in yaml.safe_load_all(text) if doc]
+
+
+def _kind(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+@pytest.fixture(scope="module", params=OPTIONS)
+def generated(request: pytest.FixtureRequest, dev_pki: pki.DevPKI) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, _documents(_generate(dev_pki.root, "--option", request.param))
+
+
+def test_schema_valid_for_kubernetes_1_37(generated: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = generated
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        ["Namespace", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "Deployment", "Service",
+         "PodDisruptionBudget"]
+    )  # fmt: skip
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.37.0", strict=True)
+
+
+def test_a_wrong_manifest_is_refused_by_the_schemas() -> None:
+    """The validator is not vacuous: a field kube does not know is an error in strict mode."""
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(
+            {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "x"},
+             "spec": {"maxUnavailable": 1, "selctor": {}}}, "1.37.0", strict=True,
+        )  # fmt: skip
+
+
+def _serve(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return _kind(docs, "Deployment", m.APP)["spec"]["template"]["spec"]
+
+
+def test_every_serve_flag_is_accepted_by_serve(generated: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = generated
+    args = _serve(docs)["containers"][0]["args"]
+    assert args[0] == "serve"
+    parsed = build_parser().parse_args(args)  # argparse exits on an unknown flag
+    assert isinstance(parsed, argparse.Namespace)
+    serve_help = build_parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
+    for arg in args[1:]:
+        flag = arg.split("=", 1)[0]
+        assert re.search(rf"(^|\s){re.escape(flag)}[\s,=]", serve_help), flag
+
+
+def _mounts(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    return {mount["mountPath"]: volumes[mount["name"]] for mount in spec["containers"][0]["volumeMounts"]}
+
+
+def _keys(volume: dict[str, Any]) -> tuple[str, ...]:
+    if "secret" in volume:
+        return m.SECRETS[volume["secret"]["secretName"]][0]
+    return ("envoy.yaml", "secret-sds.yaml")
+
+
+def _check_paths(paths: set[str], mounts: dict[str, dict[str, Any]]) -> None:
+    used = set()
+    for path in paths:
+        directory, _, key = path.rpartition("/")
+        assert directory in mounts, f"{path} is not under a mount"
+        assert key in _keys(mounts[directory]), f"{path}: no key {key} in {mounts[directory]}"
+        used.add(directory)
+    assert used == set(mounts), f"mounted but named by no flag: {set(mounts) - used}"
+
+
+def test_every_mounted_path_is_named_by_a_serve_flag(generated: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = generated
+    spec = _serve(docs)
+    paths = {a.split("=", 1)[1] for a in spec["containers"][0]["args"] if "=/" in a}
+    _check_paths(paths, _mounts(spec))
+
+
+def _filenames(node: Any, key: str = "") -> set[str]:
+    """Every file path in an Envoy document (``key`` given: the directories under that key)."""
+    if isinstance(node, dict):
+        if key and isinstance(node.get(key), dict):
+            return {node[key]["path"]}.union(*(_filenames(v, key) for k, v in node.items() if k != key))
+        found = set() if key else {v for k, v in node.items() if k in ("filename", "path") and isinstance(v, str)}
+        return found.union(*(_filenames(v, key) for k, v in node.items() if key or k != "watched_directory"))
+    if isinstance(node, list):
+        return set().union(*(_filenames(v, key) for v in node))
+    return set()
+
+
+def test_every_envoy_path_is_mounted(generated: tuple[str, list[dict[str, Any]]]) -> None:
+    option, docs = generated
+    data = _kind(docs, "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]
+    files = {name: yaml.safe_load(text) for name, text in data.items()}
+    spec = _kind(docs, "Deployment", m.LB)["spec"]["template"]["spec"]
+    paths = set().union(*(_filenames(doc) for doc in files.values()))
+    paths.add(spec["containers"][0]["args"][1])  # --config-path
+    _check_paths(paths, _mounts(spec))
+    watched = set().union(*(_filenames(doc, "watched_directory") for doc in files.values()))
+    assert watched <= set(_mounts(spec))  # kubelet's ..data swaps are seen in mounted directories
+    assert bool(watched) == ("shared-secret" in option)  # the secret's SDS file and the secret file itself
+    cluster = files["envoy.yaml"]["static_resources"]["clusters"][0]
+    assert cluster["type"] == "STRICT_DNS"
+    address = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+    assert address == {"address": f"{m.APP}.secure-orca.svc", "port_value": m.SERVE_PORT}
+    assert ("secret-sds.yaml" in data) == ("shared-secret" in option)
+
+
+def test_envoy_accepts_the_bootstrap(generated: tuple[str, list[dict[str, Any]]], dev_pki: pki.DevPKI,
+                                     tmp_path: Path) -> None:  # fmt: skip
+    """`envoy --mode validate` on the ConfigMap's files, each mounted path moved to a local copy of its file."""
+    from secure_orca.envoy import files as envoy_files
+
+    envoy = envoy_files.find_envoy()
+    if envoy is None:
+        pytest.skip("envoy (the envoy extra) is not installed")
+    _, docs = generated
+    sources = deploy_cli._sources(build_parser().parse_args(["deploy", "--certs-dir", str(dev_pki.root)]),
+                                  envoy_files.dev_credentials(dev_pki))  # fmt: skip
+    data = _kind(docs, "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]
+    mount = {s: f"{m.MOUNT}/{s.removeprefix('secure-orca-')}" for s in m.SECRETS}
+    files = {f"{mount[s]}/{k}": sources[s][k] for s in m.SECRETS for k in m.SECRETS[s][0]}
+    directories = sorted(mount.values(), key=len, reverse=True)
+    for name, text in data.items():
+        for mounted, local in files.items():
+            text = text.replace(f'"{mounted}"', json.dumps(local))
+        for directory in directories:
+            text = text.replace(f'"{directory}"', json.dumps(str(dev_pki.root)))
+        (tmp_path / name).write_text(text.replace(f'"{m.ENVOY_CONFIG}', f'"{tmp_path}'))
+    ok, output = envoy_files.validate(tmp_path / "envoy.yaml", envoy)
+    assert ok, output[-2000:]
+
+
+def test_resources_are_what_the_sampler_reads_back(generated: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = generated
+    resources = _serve(docs)["containers"][0]["resources"]
+    assert resources["requests"] == resources["limits"]  # Guaranteed: kubelet writes the limits to the cgroup
+    cpu = int(resources["limits"]["cpu"].removesuffix("m"))
+    mib = int(resources["limits"]["memory"].removesuffix("Mi"))
+    written = m.Resources(cpu, mib).cgroup()
+    assert parse_cpu_max(written["cpu.max"]) == cpu / 1000
+    assert parse_memory_limit(written["memory.max"], 64 << 30) == mib << 20
+
+
+def test_probes_and_disruption_budget(generated: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = generated
+    container = _serve(docs)["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    budget = _kind(docs, "PodDisruptionBudget", m.APP)["spec"]
+    assert budget["selector"]["matchLabels"] == _kind(docs, "Deployment", m.APP)["spec"]["selector"]["matchLabels"]
+
+
+def test_no_key_material(dev_pki: pki.DevPKI) -> None:
+    files = _generate(dev_pki.root, "--option", "front-proxy,shared-secret")
+    text = "".join(files.values())
+    assert "PRIVATE KEY" not in text and "BEGIN CERTIFICATE" not in text
+    assert dev_pki.secret.read_text().strip() not in text
+    assert 'kind": "Secret"' not in text
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--upstream", "10.0.0.1:6443"], "--upstream: deploy balances over"),
+        (["--secret-inline"], "--secret-inline: the shared secret stays in a Secret"),
+        (["--replicas", "0"], "--replicas: must be at least 1"),
+    ],
+)
+def test_refusals(dev_pki: pki.DevPKI, flags: list[str], message: str) -> None:
+    from secure_orca.errors import UsageError
+
+    with pytest.raises(UsageError, match=re.escape(message)):
+        _generate(dev_pki.root, *flags)
+
+
+def test_committed_deploy_is_what_the_command_generates(dev_pki: pki.DevPKI) -> None:
+    """deploy/ was written by `secure-orca deploy` with its defaults (certs/ as the PKI)."""
+    files = _generate(dev_pki.root)
+    for name, text in files.items():
+        committed = (ROOT / "deploy" / name).read_text()
+        assert committed == text.replace(str(dev_pki.root), "certs"), name
+    assert json.loads(json.dumps(_documents(files)))  # plain data throughout
