@@ -23,6 +23,7 @@ from secure_orca.server.sampler import parse_cpu_max, parse_memory_limit
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = ("front-proxy,shared-secret", "front-proxy", "shared-secret", "load-reader", "header-only")
+OUT_OF_BAND = ("front-proxy@oob", "load-reader@oob")  # the certificate options, load read out of band
 
 
 def _generate(certs: Path, *flags: str) -> dict[str, str]:
@@ -38,9 +39,20 @@ def _kind(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
 
 
-@pytest.fixture(scope="module", params=OPTIONS)
+@pytest.fixture(scope="module", params=OPTIONS + OUT_OF_BAND)
 def generated(request: pytest.FixtureRequest, dev_pki: pki.DevPKI) -> tuple[str, list[dict[str, Any]]]:
-    return request.param, _documents(_generate(dev_pki.root, "--option", request.param))
+    option, _, oob = request.param.partition("@")
+    flags = ["--option", option, *(["--out-of-band", "1s"] if oob else [])]
+    return option, _documents(_generate(dev_pki.root, *flags))
+
+
+@pytest.mark.parametrize("option", [o.partition("@")[0] for o in OUT_OF_BAND])
+def test_out_of_band_variant_reads_load_on_its_own_stream(dev_pki: pki.DevPKI, option: str) -> None:
+    """envoy-config's out-of-band variant, deployed: CSWRR opens StreamCoreMetrics; no route asks for a report."""
+    files = _generate(dev_pki.root, "--option", option, "--out-of-band", "1s")
+    bootstrap = _kind(_documents(files), "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]["envoy.yaml"]
+    assert '"enable_oob_load_report": true' in bootstrap and '"oob_reporting_period": "1s"' in bootstrap
+    assert '"key": "endpoint-load-metrics-request"' not in bootstrap
 
 
 def test_schema_valid_for_kubernetes_1_37(generated: tuple[str, list[dict[str, Any]]]) -> None:
