@@ -58,7 +58,7 @@ FP_ONLY = Policy(frozenset({"front-proxy"}))
         (lambda: (pki.issue(FP_CA, "front-proxy-client", not_before=NOW + dt.timedelta(days=1)),), "expired"),
     ],
 )
-def test_front_proxy_rules(make, reason: str) -> None:  # type: ignore[no-untyped-def]
+def test_front_proxy_rules(make, reason: str) -> None:
     assert verify(*make()) == reason
 
 
@@ -108,7 +108,7 @@ BOTH = Policy(frozenset({"front-proxy", "shared-secret"}), SecretSet([SECRET]))
         (Policy(frozenset({"header-only"})), b"JSON", NO_CERTIFICATE, False, "unsupported-format"),
     ],
 )
-def test_policy_decisions(policy: Policy, value: bytes, identity, attach: bool, reason: str) -> None:  # type: ignore[no-untyped-def]
+def test_policy_decisions(policy: Policy, value: bytes, identity, attach: bool, reason: str) -> None:
     decision = policy.decide([value], identity, NOW)
     assert (decision.attach, decision.reason) == (attach, reason)
 
@@ -157,7 +157,7 @@ READER_WRONG_NAME = READERS.verify([pki.issue(CLIENT_CA, "someone").cert], NOW)
         (Policy(frozenset({"front-proxy", "load-reader"})), NO_CERTIFICATE, READER_OK, True, "load-reader"),
     ],
 )
-def test_load_reader_decisions(policy: Policy, front_proxy, reader, attach: bool, reason: str) -> None:  # type: ignore[no-untyped-def]
+def test_load_reader_decisions(policy: Policy, front_proxy, reader, attach: bool, reason: str) -> None:
     decision = policy.decide([b"TEXT"], front_proxy, NOW, reader)
     assert (decision.attach, decision.reason) == (attach, reason)
 

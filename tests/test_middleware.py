@@ -47,7 +47,7 @@ class Backend:
         await send({"type": "http.response.trailers", "headers": [(b"endpoint-load-metrics", b"TEXT eps=1")]})
 
 
-def make(enabled: bool = True, modes: frozenset[str] = frozenset({"front-proxy", "shared-secret"})):  # type: ignore[no-untyped-def]
+def make(enabled: bool = True, modes: frozenset[str] = frozenset({"front-proxy", "shared-secret"})):
     sampler = Sampler()
     sampler.header = (b"endpoint-load-metrics", b"TEXT cpu_utilization=0.1")
     backend = Backend()
@@ -108,7 +108,7 @@ OPT_IN = (b"endpoint-load-metrics-request", b"TEXT")
         ([], [FP_PEM], "no-opt-in"),
     ],
 )
-def test_attach_only_when_granted_and_always_strip(headers, chain, reason) -> None:  # type: ignore[no-untyped-def]
+def test_attach_only_when_granted_and_always_strip(headers, chain, reason) -> None:
     middleware, backend, sampler, decisions = make()
     sent = call(middleware, [(b"accept", b"*/*"), *headers], chain)
     granted = reason in ("front-proxy", "shared-secret")

@@ -32,7 +32,7 @@ def test_work_is_off_unless_the_operator_turns_it_on(dev_pki: pki.DevPKI) -> Non
 
 
 @pytest.fixture(scope="module")
-def working(dev_pki: pki.DevPKI):  # type: ignore[no-untyped-def]
+def working(dev_pki: pki.DevPKI):
     with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki), demo_work=True)]) as (replica,):
         yield replica
 
@@ -41,19 +41,19 @@ def working(dev_pki: pki.DevPKI):  # type: ignore[no-untyped-def]
     "query",
     ["status=503", "cpu_ms=1&status=503", "cpu_ms=-1", f"cpu_ms={MAX_CPU_MS + 1}", "cpu_ms=nan", "cpu_ms=1&cpu_ms=2"],
 )
-def test_work_parameters_are_bounded(working, dev_pki, query) -> None:  # type: ignore[no-untyped-def]
+def test_work_parameters_are_bounded(working, dev_pki, query) -> None:
     with client(dev_pki) as http:
         assert http.get(f"{working.url}/work?{query}").status_code == 400
 
 
-def test_no_client_can_make_work_count_errors(working, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_no_client_can_make_work_count_errors(working, dev_pki) -> None:
     """``eps`` and ``rps_fractional`` count 429 and 5xx responses: /work must not produce them on request."""
     with client(dev_pki) as http:
         statuses = {http.get(f"{working.url}/work?cpu_ms=0&status={code}").status_code for code in (429, 500, 503)}
     assert 429 not in statuses and not any(code >= 500 for code in statuses)
 
 
-def test_work_burns_cpu_off_the_event_loop(working, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_work_burns_cpu_off_the_event_loop(working, dev_pki) -> None:
     """Six requests of MAX_CPU_MS each: on the loop, each would hold it for a second and at most one /healthz
     could be answered between two burns. Counted, not timed: /healthz is answered 60 times before they end.
     (Burners that never offered the GIL let 7 through in the same time.)"""

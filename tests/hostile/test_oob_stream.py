@@ -89,7 +89,7 @@ def test_cancelled_streams_give_their_slots_back(replica: launch.Replica, dev_pk
             for stream in pair:
                 client.data(stream, oob.request_frame(0.1))
             done = lambda pair=pair: all(client.streams[s].body or client.streams[s].ended for s in pair)  # noqa: E731
-            assert client.pump_until(done)  # type: ignore[arg-type]
+            assert client.pump_until(done)
             assert [seen[s].get("grpc-status") for s in pair] == [None, None]  # not RESOURCE_EXHAUSTED (8)
             assert all(oob.parse_report(client.streams[s].body) is not None for s in pair)
             for stream in pair:

@@ -41,7 +41,7 @@ def stall_uploads(replica: launch.Replica, dev_pki: pki.DevPKI) -> tuple[ssl.SSL
     return sock, streams
 
 
-def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> None:
     replica, _ = rig
     held = [stall_uploads(replica, dev_pki) for _ in range(2)]
     try:
@@ -63,7 +63,7 @@ def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> N
     assert "Traceback" not in "".join(replica.process.lines)
 
 
-def test_slow_header_and_never_reading_clients_do_not_stop_others(rig, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_slow_header_and_never_reading_clients_do_not_stop_others(rig, dev_pki) -> None:
     replica, _ = rig
     slow_headers = []
     for _ in range(10):  # HTTP/1.1 request lines that never finish
@@ -88,7 +88,7 @@ def test_slow_header_and_never_reading_clients_do_not_stop_others(rig, dev_pki) 
     assert get_h2(replica, dev_pki, "/healthz").status == 200
 
 
-def test_a_slow_body_within_the_timeout_is_forwarded_whole(rig, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_a_slow_body_within_the_timeout_is_forwarded_whole(rig, dev_pki) -> None:
     """The body timeout bounds silence, not the whole upload: a body that keeps coming gets through."""
     import time
 
