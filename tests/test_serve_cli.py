@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def base(p: pki.DevPKI) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def busy_port() -> int:
+def busy_port() -> Iterator[int]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()

@@ -40,7 +40,7 @@ def get(
     path: str = "/version",
 ) -> httpx.Response:
     with client(ca, protocol, cert) as http:
-        response = http.get(replica.url + path, headers=headers or [])
+        response = http.get(replica.url + path, headers=[(name.encode(), value) for name, value in headers or []])
     assert response.http_version == ("HTTP/2" if protocol == "h2" else "HTTP/1.1")
     return response
 
@@ -86,7 +86,7 @@ REFUSED_CERTS = [
     "front-proxy-ca-name-in-san",
     "front-proxy-expired",
 ]
-REFUSED_HEADERS = {
+REFUSED_HEADERS: dict[str, list[tuple[str, bytes]] | str] = {
     "wrong-secret": [(OPT_IN, b"TEXT; secret=wrong-but-long-enough-guess")],
     "prefix-secret": "prefix",
     "empty-secret": [(OPT_IN, b"TEXT; secret=")],
@@ -113,11 +113,11 @@ def test_refused_identities_get_an_identical_response(secured_replica, dev_pki, 
 @pytest.mark.parametrize("case", sorted(REFUSED_HEADERS))
 def test_refused_opt_ins_get_an_identical_response(secured_replica, dev_pki, secret, protocol, case) -> None:
     headers = REFUSED_HEADERS[case]
-    if headers == "prefix":
+    if isinstance(headers, str):  # "prefix"
         headers = [(OPT_IN, f"TEXT; secret={secret[:-1]}".encode())]
     ca = dev_pki.cert("ca")
     baseline = get(secured_replica, ca, protocol)
-    response = get(secured_replica, ca, protocol, None, headers)  # type: ignore[arg-type]
+    response = get(secured_replica, ca, protocol, None, headers)
     assert reports(response) == []
     assert shape(response) == shape(baseline)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import h2.events
 import pytest
@@ -16,6 +17,9 @@ from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
 
 from .h2client import H2Client
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # what h2 receives (collections.abc.Buffer from Python 3.12)
 
 GRPC = [("content-type", "application/grpc"), ("te", "trailers")]
 
@@ -40,7 +44,7 @@ def connect(replica: launch.Replica, dev: pki.DevPKI, role: str | None) -> tuple
     seen: dict[int, dict[str, str]] = defaultdict(dict)
     receive = client.conn.receive_data
 
-    def tap(data: bytes) -> list[h2.events.Event]:
+    def tap(data: Buffer) -> list[h2.events.Event]:
         events = receive(data)
         for event in events:
             if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):

@@ -32,7 +32,7 @@ def context(dev_pki: pki.DevPKI, cert: ClientCert, version: ssl.TLSVersion) -> s
 
 def opt_in(
     replica: Replica, ctx: ssl.SSLContext, session: ssl.SSLSession | None = None
-) -> tuple[bool, bool, ssl.SSLSession | None]:
+) -> tuple[bool | None, bool, ssl.SSLSession | None]:
     """One opted-in HTTP/1.1 request on a new connection: (session reused, report attached, session)."""
     raw = socket.create_connection((replica.host, replica.port), timeout=10)
     with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as sock:
