@@ -14,6 +14,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.server import demo
+from secure_orca.server.asgi import Message, Receive, Scope, Send
 from secure_orca.server.demo import MAX_CPU_MS, work_ms
 
 from ..conftest import fp_flags
@@ -92,20 +93,20 @@ def test_the_burn_runs_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> No
             where.append("worker thread")
         return milliseconds / 1000
 
-    async def inner(scope: dict, receive: object, send: object) -> None:
+    async def inner(scope: Scope, receive: Receive, send: Send) -> None:
         raise AssertionError("/work must not reach the inner app")
 
-    async def call() -> list[dict]:
-        sent: list[dict] = []
+    async def call() -> list[Message]:
+        sent: list[Message] = []
 
-        async def send(message: dict) -> None:
+        async def send(message: Message) -> None:
             sent.append(message)
 
-        async def receive() -> dict:
+        async def receive() -> Message:
             return {"type": "http.request", "body": b"", "more_body": False}
 
         scope = {"type": "http", "path": "/work", "query_string": b"cpu_ms=5", "headers": []}
-        await demo.with_work(inner)(scope, receive, send)  # type: ignore[arg-type]
+        await demo.with_work(inner)(scope, receive, send)
         return sent
 
     monkeypatch.setattr(demo, "burn_cpu", burn_cpu)
