@@ -47,7 +47,17 @@ def _child(marks_path: str) -> None:
                 (b"x-kubernetes-pf-prioritylevel-uid", b"b" * 36), (b"date", b"Fri, 15 Jan 2027 08:00:00 GMT"),
                 (b"server", b"hypercorn-h2")]  # fmt: skip
 
-    shapes: dict[str, Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]]] = {
+    Shape = Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]]
+
+    def encoding(encoder: hpack.Encoder, shape: Shape) -> Callable[[], object]:
+        return lambda: encoder.encode(shape(base()))
+
+    def validating(shape: Shape) -> Callable[[], object]:
+        return lambda: list(
+            h2u.validate_outbound_headers(h2u.normalize_outbound_headers(shape(base()), flags, False), flags)
+        )
+
+    shapes: dict[str, Shape] = {
         "no report": lambda h: h,
         "report last": lambda h: [*h, REPORT],
         "report first": lambda h: [h[0], REPORT, *h[1:]],
@@ -57,10 +67,10 @@ def _child(marks_path: str) -> None:
     cases: dict[str, Callable[[], object]] = {}
     for name, shape in shapes.items():
         encoder = hpack.Encoder()
-        cases[f"hpack encode: {name}"] = lambda e=encoder, f=shape: e.encode(f(base()))
+        cases[f"hpack encode: {name}"] = encoding(encoder, shape)
     for name in ("no report", "report last"):
         indexed = IndexedEncoder()
-        cases[f"indexed encode: {name}"] = lambda e=indexed, f=shapes[name]: e.encode(f(base()))
+        cases[f"indexed encode: {name}"] = encoding(indexed, shapes[name])
     carrying = IndexedEncoder()
 
     def carried() -> bytes:
@@ -69,10 +79,7 @@ def _child(marks_path: str) -> None:
 
     cases["indexed encode: report carried"] = carried
     for name in ("no report", "report last"):
-        shape = shapes[name]
-        cases[f"h2 normalise + validate: {name}"] = lambda f=shape: list(
-            h2u.validate_outbound_headers(h2u.normalize_outbound_headers(f(base()), flags, False), flags)
-        )
+        cases[f"h2 normalise + validate: {name}"] = validating(shapes[name])
     for call in cases.values():
         for _ in range(SHORT):
             call()

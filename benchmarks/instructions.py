@@ -328,7 +328,7 @@ def _k(value: float) -> str:
 
 def request_table(result: dict[str, Any], chosen: Sequence[Variant], *, targets: bool) -> str:
     per = result["per_request"]
-    rows = []
+    rows: list[Sequence[object]] = []
     for v in chosen:
         on, off = per.get(f"on/{v.key}"), per.get(f"off/{v.key}")
         if on is None or off is None:

@@ -96,7 +96,7 @@ def measure(reports: int, interval: float) -> dict[str, float]:
             h2c.send_data(stream, oob.request_frame(interval), end_stream=True)
             conn.send(h2c.data_to_send())
             started_at = None  # ciphertext and frame bytes when the first report arrived
-            frame_bytes, messages = 0, []
+            frame_bytes, messages = 0, list[int]()
             while len(messages) < reports:
                 data = conn.recv()
                 events = h2c.receive_data(data)

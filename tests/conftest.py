@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from secure_orca import pki
@@ -19,7 +20,8 @@ from secure_orca.lab import replicas as launch
 
 def load_issued(cert: Path, key: Path) -> pki.Issued:
     private = serialization.load_pem_private_key(key.read_bytes(), password=None)
-    return pki.Issued(x509.load_pem_x509_certificate(cert.read_bytes()), private)  # type: ignore[arg-type]
+    assert isinstance(private, ec.EllipticCurvePrivateKey), "the dev PKI's keys are EC"
+    return pki.Issued(x509.load_pem_x509_certificate(cert.read_bytes()), private)
 
 
 @pytest.fixture(scope="session")

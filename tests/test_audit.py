@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -37,7 +38,7 @@ OPT_IN = "endpoint-load-metrics-request"
 MICROTIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 
-def _record(path: str = "/version", query: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None):  # type: ignore[no-untyped-def]
+def _record(path: str = "/version", query: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None):
     scope = {
         "type": "http",
         "method": "GET",
@@ -231,7 +232,7 @@ def _client(dev_pki: pki.DevPKI, cert: ClientCert | None = None) -> httpx.Client
     return httpx.Client(verify=context, http2=True, timeout=10)
 
 
-def _events(path: Path, count: int) -> list[dict]:  # type: ignore[type-arg]
+def _events(path: Path, count: int) -> list[dict[str, Any]]:
     eventually(lambda: path.exists() and len(path.read_text().splitlines()) >= count, f"{count} audit events")
     return [json.loads(line) for line in path.read_text().splitlines()]
 

@@ -41,7 +41,7 @@ def request(headers: list[tuple[str, str]] | None = None, cert: x509.Certificate
     return Request(encoded, NOW, cert, FRONT_PROXY.verify([cert], NOW), CLIENTS.verify([cert], NOW))
 
 
-def full_chain(anonymous: bool = True):  # type: ignore[no-untyped-def]
+def full_chain(anonymous: bool = True):
     return chain(requestheader_config=CONFIG, client_certs=True, tokens=TOKENS, anonymous_auth=anonymous)
 
 
@@ -236,7 +236,7 @@ def test_bearer_tokens(header: str, outcome: str) -> None:
         ([("x-remote-user", "u"), ("x-remote-group", ALL_UNAUTHENTICATED)], FP, ("u", (ALL_UNAUTHENTICATED,))),
     ],
 )
-def test_chain_outcomes(headers, cert, expected) -> None:  # type: ignore[no-untyped-def]
+def test_chain_outcomes(headers, cert, expected) -> None:
     got = full_chain()(request(headers, cert))
     assert got.user is not None and (got.user.name, got.user.groups) == expected
 
@@ -251,7 +251,7 @@ def test_chain_outcomes(headers, cert, expected) -> None:  # type: ignore[no-unt
         (IMPERSONATION, pki.make_ca(pki.FRONT_PROXY_CN).cert),
     ],
 )
-def test_chain_failures_are_errors_not_anonymous(headers, cert) -> None:  # type: ignore[no-untyped-def]
+def test_chain_failures_are_errors_not_anonymous(headers, cert) -> None:
     got = full_chain()(request(headers, cert))
     assert got.user is None and got.error
 

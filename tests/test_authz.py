@@ -8,7 +8,7 @@ import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID as EKU
 
 from secure_orca import pki
-from secure_orca.authz.policy import Policy, refusal
+from secure_orca.authz.policy import Mode, Policy, refusal
 from secure_orca.authz.reasons import Reason
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainVerifier
@@ -27,7 +27,7 @@ def verify(leaf: pki.Issued, *chain: pki.Issued, allowed: tuple[str, ...] = ("fr
     return Reason.FRONT_PROXY if result.ok else refusal(result)
 
 
-FP_ONLY = Policy(frozenset({"front-proxy"}))
+FP_ONLY = Policy(frozenset({Mode.FRONT_PROXY}))
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ FP_ONLY = Policy(frozenset({"front-proxy"}))
         (lambda: (pki.issue(FP_CA, "front-proxy-client", not_before=NOW + dt.timedelta(days=1)),), "expired"),
     ],
 )
-def test_front_proxy_rules(make, reason: str) -> None:  # type: ignore[no-untyped-def]
+def test_front_proxy_rules(make, reason: str) -> None:
     assert verify(*make()) == reason
 
 
@@ -91,7 +91,7 @@ def test_secret_set_matches_any_rotated_secret_only() -> None:
 
 
 FP_OK = ChainVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
-BOTH = Policy(frozenset({"front-proxy", "shared-secret"}), SecretSet([SECRET]))
+BOTH = Policy(frozenset({Mode.FRONT_PROXY, Mode.SHARED_SECRET}), SecretSet([SECRET]))
 
 
 @pytest.mark.parametrize(
@@ -102,13 +102,13 @@ BOTH = Policy(frozenset({"front-proxy", "shared-secret"}), SecretSet([SECRET]))
         (BOTH, b"TEXT; secret=wrong", NO_CERTIFICATE, False, "secret"),
         (BOTH, b"TEXT", NO_CERTIFICATE, False, "no-certificate"),
         (BOTH, b"JSON", FP_OK, False, "unsupported-format"),
-        (Policy(frozenset({"shared-secret"}), SecretSet([SECRET])), b"TEXT", FP_OK, False, "no-secret"),
+        (Policy(frozenset({Mode.SHARED_SECRET}), SecretSet([SECRET])), b"TEXT", FP_OK, False, "no-secret"),
         (FP_ONLY, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret-not-accepted"),
-        (Policy(frozenset({"header-only"})), b"TEXT", NO_CERTIFICATE, True, "header-only"),
-        (Policy(frozenset({"header-only"})), b"JSON", NO_CERTIFICATE, False, "unsupported-format"),
+        (Policy(frozenset({Mode.HEADER_ONLY})), b"TEXT", NO_CERTIFICATE, True, "header-only"),
+        (Policy(frozenset({Mode.HEADER_ONLY})), b"JSON", NO_CERTIFICATE, False, "unsupported-format"),
     ],
 )
-def test_policy_decisions(policy: Policy, value: bytes, identity, attach: bool, reason: str) -> None:  # type: ignore[no-untyped-def]
+def test_policy_decisions(policy: Policy, value: bytes, identity, attach: bool, reason: str) -> None:
     decision = policy.decide([value], identity, NOW)
     assert (decision.attach, decision.reason) == (attach, reason)
 
@@ -119,7 +119,7 @@ def test_policy_refuses_duplicates_even_for_front_proxy() -> None:
 
 def test_front_proxy_grant_expires_on_the_connection() -> None:
     later = NOW + dt.timedelta(days=3650)
-    decision = Policy(frozenset({"front-proxy"})).decide([b"TEXT"], FP_OK, later)
+    decision = Policy(frozenset({Mode.FRONT_PROXY})).decide([b"TEXT"], FP_OK, later)
     assert (decision.attach, decision.reason) == (False, "expired")
 
 
@@ -141,7 +141,7 @@ def test_every_reason_has_a_metrics_label_and_a_shared_decision() -> None:
 
 # ---- option 2b: the load-reader identity (reports only) -------------------------------------------------------
 
-READER = Policy(frozenset({"load-reader"}))
+READER = Policy(frozenset({Mode.LOAD_READER}))
 READERS = ChainVerifier([CLIENT_CA.cert], ("load-reader",))
 READER_OK = READERS.verify([pki.issue(CLIENT_CA, "load-reader").cert], NOW)
 READER_WRONG_NAME = READERS.verify([pki.issue(CLIENT_CA, "someone").cert], NOW)
@@ -154,10 +154,10 @@ READER_WRONG_NAME = READERS.verify([pki.issue(CLIENT_CA, "someone").cert], NOW)
         (READER, FP_OK, NO_CERTIFICATE, False, "no-certificate"),  # a front proxy is no load reader
         (READER, NO_CERTIFICATE, READER_WRONG_NAME, False, "name-not-allowed"),
         (BOTH, NO_CERTIFICATE, READER_OK, False, "no-certificate"),  # the mode must be listed to grant
-        (Policy(frozenset({"front-proxy", "load-reader"})), NO_CERTIFICATE, READER_OK, True, "load-reader"),
+        (Policy(frozenset({Mode.FRONT_PROXY, Mode.LOAD_READER})), NO_CERTIFICATE, READER_OK, True, "load-reader"),
     ],
 )
-def test_load_reader_decisions(policy: Policy, front_proxy, reader, attach: bool, reason: str) -> None:  # type: ignore[no-untyped-def]
+def test_load_reader_decisions(policy: Policy, front_proxy, reader, attach: bool, reason: str) -> None:
     decision = policy.decide([b"TEXT"], front_proxy, NOW, reader)
     assert (decision.attach, decision.reason) == (attach, reason)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -21,8 +22,8 @@ def dev(tmp_path: Path) -> pki.DevPKI:
     return pki.generate(tmp_path / "pki")
 
 
-def files(dev: pki.DevPKI, **more: object) -> loader.CredentialFiles:
-    return loader.CredentialFiles(cert=dev.cert("server"), key=dev.key("server"), **more)  # type: ignore[arg-type]
+def files(dev: pki.DevPKI, **more: Any) -> loader.CredentialFiles:
+    return loader.CredentialFiles(cert=dev.cert("server"), key=dev.key("server"), **more)
 
 
 def reread(source: loader.Source) -> object:

@@ -85,7 +85,8 @@ def test_every_serve_flag_is_accepted_by_serve(generated: tuple[str, list[dict[s
     assert args[0] == "serve"
     parsed = build_parser().parse_args(args)  # argparse exits on an unknown flag
     assert isinstance(parsed, argparse.Namespace)
-    serve_help = build_parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    serve_help = commands["serve"].format_help()  # type: ignore[index]
     for arg in args[1:]:
         flag = arg.split("=", 1)[0]
         assert re.search(rf"(^|\s){re.escape(flag)}[\s,=]", serve_help), flag

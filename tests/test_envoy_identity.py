@@ -13,6 +13,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -78,12 +79,12 @@ def mint(dev_pki: pki.DevPKI, root: Path, name: str, subject: x509.Name) -> tupl
     return paths
 
 
-def echo(url: str, dev_pki: pki.DevPKI, cert: tuple[Path, Path] | None, http2: bool, **kw: object) -> httpx.Response:
+def echo(url: str, dev_pki: pki.DevPKI, cert: tuple[Path, Path] | None, http2: bool, **kw: Any) -> httpx.Response:
     context = ssl.create_default_context(cafile=str(dev_pki.cert("ca")))
     if cert is not None:
         context.load_cert_chain(*cert)
     with httpx.Client(verify=context, http2=http2, timeout=10) as client:
-        return client.get(url + "/echo", **kw)  # type: ignore[arg-type]
+        return client.get(url + "/echo", **kw)
 
 
 def identity(response: httpx.Response) -> tuple[list[str], list[str]]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -382,7 +383,7 @@ def test_out_of_band_weights_from_streams_alone(dev_pki: pki.DevPKI) -> None:
     replica's is lower, and clients see no ORCA header. Before any traffic a replica reports rps_fractional 0,
     from which CSWRR computes no weight and counts a report error ("QPS must be positive"): those are counted
     before the measured window, not in it."""
-    settings = {"option": "load-reader", "oob_period": OOB_PERIOD, "timing": envoy.TEST_TIMING}
+    settings: dict[str, Any] = {"option": "load-reader", "oob_period": OOB_PERIOD, "timing": envoy.TEST_TIMING}
     with lb.deployment(dev_pki, oob_replicas(dev_pki, 2), **settings) as d:
         hot, cold = d.replicas
         with hot_load(hot, seconds=20):

@@ -58,7 +58,7 @@ async def mixed_load(url: str, dev_pki: pki.DevPKI, fp: ClientCert, clients: int
     return outcomes
 
 
-def test_mixed_concurrent_clients_no_leak_no_misattribution(secured_replica, dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+def test_mixed_concurrent_clients_no_leak_no_misattribution(secured_replica, dev_pki, client_certs) -> None:
     outcomes = asyncio.run(mixed_load(secured_replica.url, dev_pki, client_certs["front-proxy"], 8, 60))
     assert outcomes == Counter({"proxy-with-report": 480, "bypass-clean": 480})
 
@@ -69,7 +69,7 @@ def rss_kib(pid: int) -> int:
 
 
 @pytest.mark.slow
-def test_soak_memory_is_stable(dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+def test_soak_memory_is_stable(dev_pki, client_certs) -> None:
     with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
         pid = replica.process.popen.pid
         asyncio.run(mixed_load(replica.url, dev_pki, client_certs["front-proxy"], 4, 500))  # warm-up
@@ -107,7 +107,7 @@ def healthy(replica: launch.Replica, dev_pki: pki.DevPKI) -> bool:
         return http.get(replica.url + "/healthz").status_code == 200
 
 
-def test_clients_vanishing_mid_stream_and_slow_readers(dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_clients_vanishing_mid_stream_and_slow_readers(dev_pki) -> None:
     with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
         for _ in range(20):  # the client closes while the server is still working on its request
             raw_h2_request(replica, dev_pki, "/work?cpu_ms=20").close()
@@ -155,7 +155,7 @@ def bad_backend() -> Iterator[tuple[str, str]]:
             sock.close()
 
 
-def test_hanging_and_resetting_backends(dev_pki, client_certs, bad_backend) -> None:  # type: ignore[no-untyped-def]
+def test_hanging_and_resetting_backends(dev_pki, client_certs, bad_backend) -> None:
     hang, reset = bad_backend
     flags = [*fp_flags(dev_pki), "--proxy", f"/hang={hang}", "--proxy", f"/reset={reset}", "--proxy-timeout", "500ms"]
     with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
@@ -170,7 +170,7 @@ def test_hanging_and_resetting_backends(dev_pki, client_certs, bad_backend) -> N
     assert all("endpoint-load-metrics" in r.headers for r in (hung, broken, fine))
 
 
-def test_sigterm_finishes_in_flight_requests(dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_finishes_in_flight_requests(dev_pki) -> None:
     with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
         result: dict[str, int] = {}
 

@@ -10,7 +10,7 @@ import sys
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from secure_orca.authz.policy import Policy
+from secure_orca.authz.policy import Mode, Policy
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.orca.optin import OptInError, parse
 from secure_orca.orca.report import LoadReport, OrcaFormatError, encode_text, parse_text
@@ -21,7 +21,7 @@ if __name__ == "__main__":  # longer fuzzing outside CI: python -m tests.test_fu
     settings.load_profile("long")
 
 SECRET = "fuzz-secret-0123456789abcdef"
-POLICY = Policy(frozenset({"front-proxy", "shared-secret"}), SecretSet([SECRET]))
+POLICY = Policy(frozenset({Mode.FRONT_PROXY, Mode.SHARED_SECRET}), SecretSet([SECRET]))
 NOW = dt.datetime.now(dt.UTC)
 values = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False)
 names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,20}", fullmatch=True)
@@ -129,5 +129,5 @@ def test_near_secrets_never_grant(edit: str, index: int, char: str) -> None:
 
 if __name__ == "__main__":
     for name, test in [(n, v) for n, v in dict(globals()).items() if n.startswith("test_")]:
-        print(f"fuzzing {name} ({settings.default.max_examples} examples)", flush=True)
+        print(f"fuzzing {name} ({settings().max_examples} examples)", flush=True)
         test()

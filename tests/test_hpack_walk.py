@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 
 from secure_orca.hpackcost.walk import (
     STATIC_TABLE,
+    FieldRecord,
     HpackWalker,
     HpackWalkError,
     Representation,
+    SizeUpdate,
     attribute_connection,
     replay,
     walk_blocks,
@@ -279,7 +281,7 @@ def decode(blocks: list[bytes], size: int = 4096) -> tuple[list[list[tuple[str, 
 
 def test_encoder_blocks_with_never_indexed_fields() -> None:
     encoder = hpack.Encoder()
-    lists = [
+    lists: list[list[tuple[str, str] | tuple[str, str, bool]]] = [
         [(":status", "200"), ("authorization", "secret", True), ("server", "x")],
         [(":status", "200"), ("authorization", "secret", True), ("server", "x")],
     ]
@@ -297,7 +299,9 @@ steps = st.tuples(st.lists(fields, max_size=8), st.none() | st.integers(0, 4096)
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(steps, min_size=1, max_size=12))
-def test_walk_matches_decoder_and_bytes_add_up(script: list) -> None:
+def test_walk_matches_decoder_and_bytes_add_up(
+    script: list[tuple[list[tuple[str, str, bool]], int | None, bool]],
+) -> None:
     encoder = hpack.Encoder()
     blocks = []
     for headers, resize, huffman in script:
@@ -310,7 +314,7 @@ def test_walk_matches_decoder_and_bytes_add_up(script: list) -> None:
     lists, decoder = decode(blocks)
     assert [w.headers() for w in walks] == lists
     for walk, block in zip(walks, blocks, strict=True):
-        parts = [*walk.fields, *walk.size_updates]
+        parts: list[FieldRecord | SizeUpdate] = [*walk.fields, *walk.size_updates]
         assert sum(p.wire_bytes for p in parts) == walk.length == len(block)
         ends = [0] + [p.offset + p.wire_bytes for p in sorted(parts, key=lambda p: p.offset)]
         assert [p.offset for p in sorted(parts, key=lambda p: p.offset)] == ends[:-1]

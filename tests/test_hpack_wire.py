@@ -137,7 +137,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict]:
     return json.loads(out)["results"]
 
 
-def test_measure_attributes_every_response(secured_replica, dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_measure_attributes_every_response(secured_replica, dev_pki, capsys) -> None:
     (r,) = run_json(capsys, secured_replica.url, *lb_args(dev_pki), "--rate", "10", "--duration", "2")
     assert (r["responses"], r["responses_without"], r["reported"], r["refused"]) == (20, 20, 20, 0)
     assert r["replay_exact"]  # hypercorn encodes with hpack.Encoder: the walker's replay is byte-exact
@@ -151,7 +151,7 @@ def test_measure_attributes_every_response(secured_replica, dev_pki, capsys) -> 
     assert r["model"]["rate"] == 10 and r["model"]["decimals"] == DEFAULT_DECIMALS
 
 
-def test_measure_tables_never_show_the_secret(secured_replica, dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_measure_tables_never_show_the_secret(secured_replica, dev_pki, capsys) -> None:
     argv = [secured_replica.url, *lb_args(dev_pki, cert=False, secret=True), "--rate", "5", "--duration", "1"]
     assert main(["hpack", "measure", *argv]) == 0
     out, err = capsys.readouterr()
@@ -159,7 +159,7 @@ def test_measure_tables_never_show_the_secret(secured_replica, dev_pki, capsys) 
     assert dev_pki.secret.read_text().strip() not in out + err
 
 
-def test_model_and_wire_agree(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_model_and_wire_agree(dev_pki, capsys) -> None:
     """100 ms sampling, 3 decimals, 10 and 100 responses/s per connection: within 15%. How many new values reach
     a connection is the sampler's timing, not HPACK: a busy machine samples late (CI once saw 8.3 new values/s
     where 10 were due, and the model at 100 ms then disagreed by 17%), and at 10/s requests and samples beat
@@ -193,7 +193,7 @@ def fixed_date(argv: list[str]) -> list[str]:
     return [argv[0], "-c", FIXED_DATE, *argv[argv.index("serve") :]]
 
 
-def test_front_proxy_names_a_user_as_kube_requires(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_front_proxy_names_a_user_as_kube_requires(dev_pki, capsys) -> None:
     """kube-apiserver answers a verified front proxy that names no user with 401. The measurement names one
     (default --remote-user) on both variants, so both get the same 200s; without a user it says what it got.
 
@@ -213,7 +213,7 @@ def test_front_proxy_names_a_user_as_kube_requires(dev_pki, capsys) -> None:  # 
     assert "--remote-user" in err
 
 
-def test_follows_graceful_goaway(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_follows_graceful_goaway(dev_pki, capsys) -> None:
     argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--max-requests-per-connection", "25"])
     with launch.replicas([argv]) as (replica,):
         (r,) = run_json(capsys, replica.url, *lb_args(dev_pki), "--rate", "50", "--duration", "1")
@@ -238,14 +238,14 @@ def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.Cap
     assert "\n" not in err and message in err
 
 
-def test_unreachable_server_is_one_line(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_unreachable_server_is_one_line(dev_pki, capsys) -> None:
     port = launch.free_port()
     assert main(["hpack", "measure", f"https://127.0.0.1:{port}", *lb_args(dev_pki)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"secure-orca hpack: error: cannot connect to 127.0.0.1:{port}: Connection refused"
 
 
-def test_refused_credentials_are_one_line(secured_replica, dev_pki, client_certs, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_refused_credentials_are_one_line(secured_replica, dev_pki, client_certs, capsys) -> None:
     user = client_certs["user"]
     argv = ["--cacert", str(dev_pki.cert("ca")), "--lb-cert", str(user.cert), "--lb-key", str(user.key)]
     assert main(["hpack", "measure", secured_replica.url, *argv]) == 2
@@ -269,7 +269,7 @@ def h2load_header_bytes(url: str, requests: int, clients: int, rps: int, headers
 
 
 @pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load (Debian nghttp2-client) not installed")
-def test_h2load_agrees(dev_pki, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_h2load_agrees(dev_pki, capsys) -> None:
     """Same shape for both tools: 2 connections, 100 requests each at 50/s, GET /version, the shared secret
     (h2load presents no client certificate). Like with like: h2load counts each HEADERS frame's length less
     padding and priority, without the 9-byte frame header and without CONTINUATION; ours is ``header_bytes``

@@ -28,18 +28,24 @@ TOKEN = "load-reader-test-token-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
-def reader_replica(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[launch.Replica]:
+def reader_ca(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    copy = tmp_path_factory.mktemp("load-reader-ca") / "load-reader-ca.crt"  # so the reload test can replace it
+    shutil.copy(dev_pki.cert("load_reader_ca"), copy)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def reader_replica(
+    dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory, reader_ca: Path
+) -> Iterator[launch.Replica]:
     work = tmp_path_factory.mktemp("load-reader")
     tokens = work / "tokens.csv"
     tokens.write_text(f'{TOKEN},token-user,uid-1,"team"\n')
     tokens.chmod(0o600)
-    reader_ca = work / "load-reader-ca.crt"  # a copy, so the reload test can replace it
-    shutil.copy(dev_pki.cert("load_reader_ca"), reader_ca)
     flags = lb.replica_flags(dev_pki, "front-proxy,load-reader", "--token-auth-file", str(tokens))
     flags[flags.index(str(dev_pki.cert("load_reader_ca")))] = str(reader_ca)
     flags += ["--credential-reload-interval", "100ms"]
     with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
-        replica.reader_ca = reader_ca  # type: ignore[attr-defined]
         yield replica
 
 
@@ -99,8 +105,9 @@ def test_the_probe_finds_the_load_reader_grants_nothing_else(
     assert result.verdict == "no-leak", result.reason
 
 
-def test_reload_of_the_load_reader_ca_revokes_it(reader_replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
-    reader_ca: Path = reader_replica.reader_ca  # type: ignore[attr-defined]
+def test_reload_of_the_load_reader_ca_revokes_it(
+    reader_replica: launch.Replica, dev_pki: pki.DevPKI, reader_ca: Path
+) -> None:
     original = reader_ca.read_bytes()
     other = pki.make_ca("another-load-reader-ca")
     try:

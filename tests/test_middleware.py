@@ -10,8 +10,9 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.authz.memo import ConnectionMemo
-from secure_orca.authz.policy import Policy
+from secure_orca.authz.policy import Mode, Policy
 from secure_orca.authz.secrets import SecretSet
+from secure_orca.server.asgi import Message, Receive, Scope, Send
 from secure_orca.server.middleware import CONNECTION_KEY, Authority, LoadReportMiddleware
 from secure_orca.server.sampler import Sampler
 from secure_orca.x509.chainverifier import ChainVerifier
@@ -28,7 +29,7 @@ class Backend:
     def __init__(self) -> None:
         self.seen: list[tuple[bytes, bytes]] = []
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.seen = list(scope["headers"])
         await send(
             {
@@ -47,7 +48,7 @@ class Backend:
         await send({"type": "http.response.trailers", "headers": [(b"endpoint-load-metrics", b"TEXT eps=1")]})
 
 
-def make(enabled: bool = True, modes: frozenset[str] = frozenset({"front-proxy", "shared-secret"})):  # type: ignore[no-untyped-def]
+def make(enabled: bool = True, modes: frozenset[Mode] = frozenset({Mode.FRONT_PROXY, Mode.SHARED_SECRET})):
     sampler = Sampler()
     sampler.header = (b"endpoint-load-metrics", b"TEXT cpu_utilization=0.1")
     backend = Backend()
@@ -69,25 +70,25 @@ def call(
     headers: list[tuple[bytes, bytes]],
     chain: list[str] | None = None,
     memo: ConnectionMemo | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Message]:
     scope: dict[str, Any] = {"type": "http", "path": "/", "headers": headers, "extensions": {}}
     if memo is not None:
         scope["extensions"][CONNECTION_KEY] = memo
     if chain is not None:
         scope["extensions"]["tls"] = {"client_cert_chain": chain}
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b""}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     asyncio.run(middleware(scope, receive, send))
     return sent
 
 
-def orca(sent: list[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
+def orca(sent: list[Message]) -> list[tuple[bytes, bytes]]:
     return [h for m in sent if "headers" in m for h in m["headers"] if h[0].lower().startswith(b"endpoint-load")]
 
 
@@ -108,7 +109,7 @@ OPT_IN = (b"endpoint-load-metrics-request", b"TEXT")
         ([], [FP_PEM], "no-opt-in"),
     ],
 )
-def test_attach_only_when_granted_and_always_strip(headers, chain, reason) -> None:  # type: ignore[no-untyped-def]
+def test_attach_only_when_granted_and_always_strip(headers, chain, reason) -> None:
     middleware, backend, sampler, decisions = make()
     sent = call(middleware, [(b"accept", b"*/*"), *headers], chain)
     granted = reason in ("front-proxy", "shared-secret")

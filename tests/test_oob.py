@@ -84,7 +84,7 @@ CERTIFICATE_MODES = frozenset({Mode.FRONT_PROXY, Mode.LOAD_READER})
         ),
     ],
 )
-def test_entitlement(modes, identity, reader, reason: Reason, status: Status | None) -> None:  # type: ignore[no-untyped-def]
+def test_entitlement(modes, identity, reader, reason: Reason, status: Status | None) -> None:
     got = Policy(modes).entitles_stream(identity, NOW, reader)
     assert got is reason
     assert got.grants is (status is None)

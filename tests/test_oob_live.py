@@ -60,7 +60,7 @@ def role(dev: pki.DevPKI, name: str) -> tuple[Path, Path]:
     return dev.cert(name), dev.key(name)
 
 
-def stream_core_metrics(ch: grpc.Channel):  # type: ignore[no-untyped-def]
+def stream_core_metrics(ch: grpc.Channel):
     """``OpenRcaServiceStub(ch).StreamCoreMetrics``: what protoc's grpc plugin generates for the method."""
     return ch.unary_stream(
         oob.PATH,
@@ -75,7 +75,7 @@ def ask(interval: float) -> orca_pb2.OrcaLoadReportRequest:
     return request
 
 
-def collect(call, count: int) -> list[orca_load_report_pb2.OrcaLoadReport]:  # type: ignore[no-untyped-def]
+def collect(call, count: int) -> list[orca_load_report_pb2.OrcaLoadReport]:
     got = []
     for report in call:
         got.append(report)
@@ -211,7 +211,7 @@ def test_revocation_rotation_and_shutdown_end_streams_with_a_status(dev_pki: pki
             assert ended(call) == (grpc.StatusCode.UNAVAILABLE, "server shutting down")
 
 
-def ended(call) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
+def ended(call) -> tuple[grpc.StatusCode, str]:
     """Read the stream to its end; its status and message (a cut stream is UNKNOWN, or UNAVAILABLE with the
     transport's words, never ours)."""
     with pytest.raises(grpc.RpcError) as error:

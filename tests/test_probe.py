@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,9 +33,9 @@ SECRET = "s3cr3t-" + "x" * 36
 # --- pure -------------------------------------------------------------------------------------------------
 
 
-def _vectors(**kwargs: object) -> list[probe_vectors.Vector]:
+def _vectors(**kwargs: Any) -> list[probe_vectors.Vector]:
     identities = [probe_vectors.NO_CERT, *probe_vectors.mint_identities("front-proxy-client")]
-    return probe_vectors.build_vectors(("/version", "/proxied/x"), identities, seed=1, **kwargs)  # type: ignore[arg-type]
+    return probe_vectors.build_vectors(("/version", "/proxied/x"), identities, seed=1, **kwargs)
 
 
 def test_vectors_cover_every_protocol_identity_and_path() -> None:
@@ -229,7 +230,7 @@ def servers(dev_pki: pki.DevPKI, orca_backend: str) -> Iterator[dict[str, str]]:
         yield {modes: replica.url for modes, replica in zip(CONFIGS, started, strict=True)}
 
 
-def _config(dev_pki: pki.DevPKI, *, cert: bool = True, secret: bool = True, **kwargs: object) -> ProbeConfig:
+def _config(dev_pki: pki.DevPKI, *, cert: bool = True, secret: bool = True, **kwargs: Any) -> ProbeConfig:
     return ProbeConfig(
         cacert=dev_pki.cert("ca"),
         lb_cert=dev_pki.cert("front_proxy_client") if cert else None,
@@ -238,7 +239,7 @@ def _config(dev_pki: pki.DevPKI, *, cert: bool = True, secret: bool = True, **kw
         client_cert=dev_pki.cert("user"),
         client_key=dev_pki.key("user"),
         paths=("/version", "/proxied/x"),
-        **{"timing_samples": 0, "timeout": 5.0, **kwargs},  # type: ignore[arg-type]
+        **{"timing_samples": 0, "timeout": 5.0} | kwargs,
     )
 
 

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def base(p: pki.DevPKI) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def busy_port() -> int:
+def busy_port() -> Iterator[int]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
@@ -110,14 +111,14 @@ CASES = [
 ]  # fmt: skip
 
 
-def test_every_bad_case_is_run(dev_pki, tmp_path, busy_port) -> None:  # type: ignore[no-untyped-def]
+def test_every_bad_case_is_run(dev_pki, tmp_path, busy_port) -> None:
     """CASES parametrizes the test below; a case added to ``bad_cases`` but not to CASES would never run."""
     assert sorted(CASES) == sorted(bad_cases(dev_pki, tmp_path, busy_port))
     assert len(set(CASES)) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_bad_input_is_one_line_exit_2(dev_pki, tmp_path, busy_port, case) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_is_one_line_exit_2(dev_pki, tmp_path, busy_port, case) -> None:
     import re
 
     args, expected = bad_cases(dev_pki, tmp_path, busy_port)[case]
@@ -130,7 +131,7 @@ def test_bad_input_is_one_line_exit_2(dev_pki, tmp_path, busy_port, case) -> Non
     assert dev_pki.secret.read_text().strip() not in result.stderr
 
 
-def test_header_only_starts_with_a_warning(dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_header_only_starts_with_a_warning(dev_pki) -> None:
     flags = ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
              "--endpoint-load-metrics-auth", "header-only"]  # fmt: skip
     with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
@@ -138,7 +139,7 @@ def test_header_only_starts_with_a_warning(dev_pki) -> None:  # type: ignore[no-
     assert any("WARNING" in line and "header-only" in line for line in replica.process.lines)
 
 
-def test_one_mode_without_material_is_noted(dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_one_mode_without_material_is_noted(dev_pki) -> None:
     flags = fp_flags(dev_pki)
     cut = flags.index("--endpoint-load-metrics-secret-file")
     del flags[cut : cut + 2]
@@ -147,7 +148,7 @@ def test_one_mode_without_material_is_noted(dev_pki) -> None:  # type: ignore[no
     assert any("shared-secret is listed but has no material" in line for line in replica.process.lines)
 
 
-def test_serve_without_tls_flags_creates_and_uses_the_dev_pki(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_serve_without_tls_flags_creates_and_uses_the_dev_pki(tmp_path) -> None:
     argv = [sys.executable, "-m", "secure_orca", "serve", "--secure-port", "0", "--certs-dir", str(tmp_path / "c")]
     with launch.replicas([argv]) as (replica,):
         pass
@@ -156,13 +157,13 @@ def test_serve_without_tls_flags_creates_and_uses_the_dev_pki(tmp_path) -> None:
     assert pki.DevPKI(tmp_path / "c").exists()
 
 
-def test_certs_command_refuses_to_overwrite(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_certs_command_refuses_to_overwrite(tmp_path) -> None:
     assert run_cli("certs", "--dir", str(tmp_path)).returncode == 0
     again = run_cli("certs", "--dir", str(tmp_path))
     assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
     assert run_cli("certs", "--dir", str(tmp_path), "--force").returncode == 0
 
 
-def test_sigterm_stops_cleanly(dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_stops_cleanly(dev_pki) -> None:
     with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
         assert replica.process.stop() == 0

@@ -40,7 +40,7 @@ def get(
     path: str = "/version",
 ) -> httpx.Response:
     with client(ca, protocol, cert) as http:
-        response = http.get(replica.url + path, headers=headers or [])
+        response = http.get(replica.url + path, headers=[(name.encode(), value) for name, value in headers or []])
     assert response.http_version == ("HTTP/2" if protocol == "h2" else "HTTP/1.1")
     return response
 
@@ -65,7 +65,7 @@ GRANTED_CERTS = ["front-proxy", "front-proxy-via-intermediate", "front-proxy-no-
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("who", GRANTED_CERTS)
-def test_front_proxy_gets_a_valid_report(secured_replica, dev_pki, client_certs, protocol, who) -> None:  # type: ignore[no-untyped-def]
+def test_front_proxy_gets_a_valid_report(secured_replica, dev_pki, client_certs, protocol, who) -> None:
     response = get(secured_replica, dev_pki.cert("ca"), protocol, client_certs[who], [(OPT_IN, b"TEXT")])
     (value,) = reports(response)
     report = parse_text(value)
@@ -73,7 +73,7 @@ def test_front_proxy_gets_a_valid_report(secured_replica, dev_pki, client_certs,
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_shared_secret_gets_a_report(secured_replica, dev_pki, secret, protocol) -> None:  # type: ignore[no-untyped-def]
+def test_shared_secret_gets_a_report(secured_replica, dev_pki, secret, protocol) -> None:
     response = get(secured_replica, dev_pki.cert("ca"), protocol, None, [(OPT_IN, f"TEXT; secret={secret}".encode())])
     assert len(reports(response)) == 1
 
@@ -86,7 +86,7 @@ REFUSED_CERTS = [
     "front-proxy-ca-name-in-san",
     "front-proxy-expired",
 ]
-REFUSED_HEADERS = {
+REFUSED_HEADERS: dict[str, list[tuple[str, bytes]] | str] = {
     "wrong-secret": [(OPT_IN, b"TEXT; secret=wrong-but-long-enough-guess")],
     "prefix-secret": "prefix",
     "empty-secret": [(OPT_IN, b"TEXT; secret=")],
@@ -100,7 +100,7 @@ REFUSED_HEADERS = {
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("who", REFUSED_CERTS)
-def test_refused_identities_get_an_identical_response(secured_replica, dev_pki, client_certs, protocol, who) -> None:  # type: ignore[no-untyped-def]
+def test_refused_identities_get_an_identical_response(secured_replica, dev_pki, client_certs, protocol, who) -> None:
     ca = dev_pki.cert("ca")
     cert = client_certs[who] if who else None
     baseline = get(secured_replica, ca, protocol, cert)
@@ -111,26 +111,26 @@ def test_refused_identities_get_an_identical_response(secured_replica, dev_pki, 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("case", sorted(REFUSED_HEADERS))
-def test_refused_opt_ins_get_an_identical_response(secured_replica, dev_pki, secret, protocol, case) -> None:  # type: ignore[no-untyped-def]
+def test_refused_opt_ins_get_an_identical_response(secured_replica, dev_pki, secret, protocol, case) -> None:
     headers = REFUSED_HEADERS[case]
-    if headers == "prefix":
+    if isinstance(headers, str):  # "prefix"
         headers = [(OPT_IN, f"TEXT; secret={secret[:-1]}".encode())]
     ca = dev_pki.cert("ca")
     baseline = get(secured_replica, ca, protocol)
-    response = get(secured_replica, ca, protocol, None, headers)  # type: ignore[arg-type]
+    response = get(secured_replica, ca, protocol, None, headers)
     assert reports(response) == []
     assert shape(response) == shape(baseline)
 
 
 @pytest.mark.parametrize("who", ["unknown-ca", "self-signed-allowed-cn", "front-proxy-server-eku"])
-def test_certificates_openssl_refuses_in_the_handshake(secured_replica, dev_pki, client_certs, who) -> None:  # type: ignore[no-untyped-def]
+def test_certificates_openssl_refuses_in_the_handshake(secured_replica, dev_pki, client_certs, who) -> None:
     """Python's ssl cannot complete these handshakes (kube-apiserver would, then ignore the certificate):
     the client gets no response at all, so certainly no report."""
     with pytest.raises(httpx.TransportError):  # TLS 1.3: the alert arrives after the client finished
         get(secured_replica, dev_pki.cert("ca"), "h2", client_certs[who], [(OPT_IN, b"TEXT")])
 
 
-def test_two_rotated_secrets_both_work_and_are_never_logged(dev_pki, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_two_rotated_secrets_both_work_and_are_never_logged(dev_pki, tmp_path) -> None:
     secrets = [pki.new_secret(), pki.new_secret()]
     secret_file = tmp_path / "secrets"
     secret_file.write_text("# old, then new\n" + "\n".join(secrets) + "\n")
@@ -159,7 +159,7 @@ def test_two_rotated_secrets_both_work_and_are_never_logged(dev_pki, tmp_path) -
         [],  # both off
     ],
 )
-def test_feature_off_never_reports(dev_pki, client_certs, flags) -> None:  # type: ignore[no-untyped-def]
+def test_feature_off_never_reports(dev_pki, client_certs, flags) -> None:
     flags = [*flags, "--requestheader-client-ca-file", str(dev_pki.cert("front_proxy_ca"))]
     with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         for protocol in PROTOCOLS:
@@ -201,7 +201,7 @@ def injecting_backend() -> Iterator[str]:
 
 def test_proxied_backend_cannot_inject_and_never_sees_the_opt_in(
     dev_pki, client_certs, secret, injecting_backend
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     flags = [*fp_flags(dev_pki), "--proxy", f"/apis/metrics.k8s.io={injecting_backend}"]
     path = "/apis/metrics.k8s.io/v1beta1/nodes"
     with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
@@ -222,7 +222,7 @@ def test_proxied_backend_cannot_inject_and_never_sees_the_opt_in(
         assert all(secret not in value for _, value in headers)
 
 
-def test_report_is_live(secured_replica, dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+def test_report_is_live(secured_replica, dev_pki, client_certs) -> None:
     """Real CPU work raises cpu_utilization and rps_fractional in later reports."""
     ca = dev_pki.cert("ca")
     with client(ca, "h2", client_certs["front-proxy"]) as http:
@@ -241,7 +241,7 @@ def test_report_is_live(secured_replica, dev_pki, client_certs) -> None:  # type
     assert busy.rps_fractional is not None and busy.rps_fractional > 0
 
 
-def test_once_per_sample_over_one_connection(dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+def test_once_per_sample_over_one_connection(dev_pki, client_certs) -> None:
     """With a 1 s sample, 20 quick requests on one connection carry the report once (or twice across a tick);
     a new connection gets it again."""
     flags = [*fp_flags(dev_pki), "--endpoint-load-metrics-attach", "once-per-sample",

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trustme
 from cryptography import x509
@@ -221,7 +222,7 @@ def make(
     constraints_critical: bool = True,
     not_before: dt.datetime | None = None,
     not_after: dt.datetime | None = None,
-    hash_algorithm: hashes.HashAlgorithm | None = None,
+    hash_algorithm: hashes.SHA256 | hashes.SHA384 | hashes.SHA512 | None = None,  # what x509 signing accepts
     serial: int | None = None,
     rsa_pss: bool = False,
     key_ids: bool = True,
@@ -291,11 +292,11 @@ PRIME_ABOVE_GO_MAX = 2147483659  # the first prime above 2^31
 LARGEST_PRIME_BELOW_2_63 = (1 << 63) - 25
 
 
-def root(name: str = "requestheader-ca", **options: object) -> Node:
+def root(name: str = "requestheader-ca", **options: Any) -> Node:
     return make(name, ca=True, **options)
 
 
-def leaf(issuer: Node, name: str = ALLOWED, **options: object) -> Node:
+def leaf(issuer: Node, name: str = ALLOWED, **options: Any) -> Node:
     return make(name, issuer, **options)
 
 
@@ -561,13 +562,14 @@ def _constraint_cases(c: Corpus) -> None:
     empty_usage = extended(no_usage, no_usage.key, "2.5.29.15", tlv(der.BIT_STRING, b"\x00"), True)
     c.add("basic/root-keyusage-empty", [empty_usage], [leaf(no_usage)])
     c.add("basic/root-basic-constraints-noncritical", [r := root(basic_constraints=False)], [leaf(r)])
+    options: dict[str, Any]
     for label, options in (
         ("no-basic-constraints", {"basic_constraints": None}),
         ("ca-false", {"ca": False, "key_usage": _KU_CA, "eku": None}),
         ("no-keyusage", {"key_usage": None}),
         ("keyusage-without-certsign", {"key_usage": sign_only}),
     ):
-        mid = make("intermediate", ca, **{"ca": True, **options})
+        mid = make("intermediate", ca, **{"ca": True} | options)
         c.add(f"basic/intermediate-{label}", [ca], [leaf(mid), mid])
     zero = root(path_length=0)
     c.add("basic/root-pathlen0-direct-leaf", [zero], [leaf(zero)])
@@ -829,11 +831,11 @@ def _algorithm_cases(c: Corpus) -> None:
         c.add(f"algorithms/ecdsa-{label}", [r], [leaf(r, hash_algorithm=digest)])
     ca = root()
     same = lambda fields: fields  # noqa: E731
-    for label, oid, digest in (
+    for label, oid, weak in (
         ("ecdsa-sha1", "1.2.840.10045.4.1", hashes.SHA1()),
         ("ecdsa-sha224", "1.2.840.10045.4.3.1", hashes.SHA224()),
     ):
-        c.add(f"algorithms/{label}-leaf", [ca], [resign(leaf(ca), ca.key, same, algorithm_der(oid), digest)])
+        c.add(f"algorithms/{label}-leaf", [ca], [resign(leaf(ca), ca.key, same, algorithm_der(oid), weak)])
     rsa_root = root(key=rsa.generate_private_key(65537, 2048))
     c.add("algorithms/rsa2048", [rsa_root], [leaf(rsa_root)])
     rsa_sha1 = tlv(der.SEQUENCE, _encode_oid("1.2.840.113549.1.1.5") + tlv(0x05, b""))

@@ -124,7 +124,7 @@ def hostile_backend() -> Iterator[tuple[str, Recorded]]:
             recorded.headers.append(list(self.headers.items()))
             if self.path.endswith("/redirect"):
                 self.send_response(302)
-                self.send_header("location", f"http://127.0.0.1:{self.server.server_address[1]}/stolen")
+                self.send_header("location", f"http://127.0.0.1:{server.server_port}/stolen")
                 self.send_header("content-length", "0")
                 self.end_headers()
             elif self.path.endswith("/switch"):

@@ -8,6 +8,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import h2.config
 import h2.connection
@@ -106,7 +107,8 @@ class H2Client:
             return False
         for event in events:
             if isinstance(event, h2.events.ResponseReceived):
-                self.streams[event.stream_id].status = int(dict(event.headers)[":status"])
+                headers = cast(list[tuple[str, str]], event.headers)  # str: the connection decodes them as utf-8
+                self.streams[event.stream_id].status = int(dict(headers)[":status"])
             elif isinstance(event, h2.events.DataReceived):
                 self.streams[event.stream_id].body += event.data
                 self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)

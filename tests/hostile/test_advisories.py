@@ -95,7 +95,7 @@ def hostile_certs(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_certificate_fields_never_split_or_inject_an_upstream_header(rig, dev_pki, hostile_certs, protocol, name):  # type: ignore[no-untyped-def]
+def test_certificate_fields_never_split_or_inject_an_upstream_header(rig, dev_pki, hostile_certs, protocol, name):
     cn, organization = HOSTILE_NAMES[name]
     response, seen = proxied(rig, dev_pki, protocol, hostile_certs[name], [])
     if any(c in cn + (organization or "") for c in "\r\n"):
@@ -117,7 +117,7 @@ def test_certificate_fields_never_split_or_inject_an_upstream_header(rig, dev_pk
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_repeated_opt_in_gets_no_report_and_never_reaches_the_upstream(rig, dev_pki, client_certs, protocol):  # type: ignore[no-untyped-def]
+def test_a_repeated_opt_in_gets_no_report_and_never_reaches_the_upstream(rig, dev_pki, client_certs, protocol):
     for values in (["TEXT", "TEXT"], ["TEXT", "BIN"], ["TEXT", ""]):
         response, (headers,) = proxied(rig, dev_pki, protocol, client_certs["front-proxy"],
                                        [(OPT_IN, v) for v in values] + [("x-remote-user", "lb")])  # fmt: skip
@@ -130,7 +130,7 @@ def test_a_repeated_opt_in_gets_no_report_and_never_reaches_the_upstream(rig, de
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_repeated_front_proxy_user_is_read_as_kube_reads_it(rig, dev_pki, client_certs, protocol) -> None:  # type: ignore[no-untyped-def]
+def test_a_repeated_front_proxy_user_is_read_as_kube_reads_it(rig, dev_pki, client_certs, protocol) -> None:
     """kube's headerValue: the first value of the first configured header whose first value is non-empty."""
     response, (headers,) = proxied(rig, dev_pki, protocol, client_certs["front-proxy"],
                                    [("X-Remote-User", "alice"), ("x-remote-user", "mallory")])  # fmt: skip
@@ -143,7 +143,7 @@ def test_a_repeated_front_proxy_user_is_read_as_kube_reads_it(rig, dev_pki, clie
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_repeated_authorization_is_read_as_go_reads_it(rig, dev_pki, protocol) -> None:  # type: ignore[no-untyped-def]
+def test_a_repeated_authorization_is_read_as_go_reads_it(rig, dev_pki, protocol) -> None:
     """Go's Header.Get: the first Authorization header decides; none goes upstream."""
 
     def bearers(*tokens: str) -> tuple[httpx.Response, Seen]:
@@ -163,7 +163,7 @@ def test_a_repeated_authorization_is_read_as_go_reads_it(rig, dev_pki, protocol)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_an_upstream_redirect_is_neither_followed_nor_relayed(rig, dev_pki, protocol) -> None:  # type: ignore[no-untyped-def]
+def test_an_upstream_redirect_is_neither_followed_nor_relayed(rig, dev_pki, protocol) -> None:
     _, recorded = rig
     response, seen = proxied(rig, dev_pki, protocol, None, [], "/redirect")
     assert len(seen) == 1 and "/stolen" not in recorded.paths
@@ -172,7 +172,7 @@ def test_an_upstream_redirect_is_neither_followed_nor_relayed(rig, dev_pki, prot
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_an_unrequested_101_is_refused_and_never_tunnelled(rig, dev_pki, protocol) -> None:  # type: ignore[no-untyped-def]
+def test_an_unrequested_101_is_refused_and_never_tunnelled(rig, dev_pki, protocol) -> None:
     response, seen = proxied(rig, dev_pki, protocol, None, [], "/switch")
     assert len(seen) == 1 and response.status_code == 502
     assert b"raw tunnel bytes" not in response.content
@@ -181,7 +181,7 @@ def test_an_unrequested_101_is_refused_and_never_tunnelled(rig, dev_pki, protoco
 
 
 @pytest.mark.parametrize("upgrade", ["websocket", "SPDY/3.1", "h2c"])
-def test_bytes_after_a_refused_upgrade_are_a_new_authenticated_request(rig, dev_pki, upgrade) -> None:  # type: ignore[no-untyped-def]
+def test_bytes_after_a_refused_upgrade_are_a_new_authenticated_request(rig, dev_pki, upgrade) -> None:
     """kubectl exec's upgrade, a WebSocket and h2c, each followed at once by a request that forges an identity:
     no upgrade header reaches the upstream, and what follows is authenticated afresh or dropped."""
     replica, recorded = rig
@@ -221,7 +221,7 @@ AGENTS = ["envoy", "kube-probe/1.38", "Go-http-client/2.0", "grpc-go/1.70", "kub
 
 @pytest.mark.parametrize("agent", AGENTS)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_no_forwarded_header_address_or_agent_grants_anything(rig, dev_pki, protocol, agent) -> None:  # type: ignore[no-untyped-def]
+def test_no_forwarded_header_address_or_agent_grants_anything(rig, dev_pki, protocol, agent) -> None:
     """From loopback (the address a sidecar load balancer would use), with every spoof at once."""
     headers = [*[(n, v) for n, v in SPOOFS if n != "User-Agent"], ("User-Agent", agent), (OPT_IN, "TEXT")]
     response, (seen,) = proxied(rig, dev_pki, protocol, None, headers)

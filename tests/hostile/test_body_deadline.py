@@ -44,7 +44,7 @@ def reasons(client: H2Client, streams: list[int]) -> Counter[tuple[int | None, s
     return found
 
 
-def test_posts_without_a_body_get_408_and_the_connection_still_serves(replica, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_posts_without_a_body_get_408_and_the_connection_still_serves(replica, dev_pki) -> None:
     client = H2Client.connect(replica, dev_pki.cert("ca"))
     try:
         posts = [client.start("POST", REVIEW) for _ in range(MAX_PENDING_BODIES + EXTRA)]  # headers, no body
@@ -71,7 +71,7 @@ def in_flight(replica: launch.Replica, dev_pki: pki.DevPKI, front_proxy: ClientC
     return value
 
 
-def test_the_report_counts_no_stalled_request_once_answered(replica, dev_pki, client_certs) -> None:  # type: ignore[no-untyped-def]
+def test_the_report_counts_no_stalled_request_once_answered(replica, dev_pki, client_certs) -> None:
     """Issue 21 "done when": after the stalled POSTs are answered, in_flight_requests is back to 0."""
     client = H2Client.connect(replica, dev_pki.cert("ca"))
     try:
@@ -82,7 +82,7 @@ def test_the_report_counts_no_stalled_request_once_answered(replica, dev_pki, cl
     assert in_flight(replica, dev_pki, client_certs["front-proxy"]) == 0
 
 
-def test_an_http1_body_that_never_comes_gets_408(replica, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_an_http1_body_that_never_comes_gets_408(replica, dev_pki) -> None:
     with connect(replica, tls_context(dev_pki, "http/1.1")) as sock:
         sock.sendall(f"POST {REVIEW} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n".encode())
         response = b""
@@ -91,7 +91,7 @@ def test_an_http1_body_that_never_comes_gets_408(replica, dev_pki) -> None:  # t
     assert h1_status(response) == 408
 
 
-def test_a_body_that_arrives_is_served(replica, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_a_body_that_arrives_is_served(replica, dev_pki) -> None:
     client = H2Client.connect(replica, dev_pki.cert("ca"))
     try:
         stream = client.start("POST", REVIEW)
@@ -112,7 +112,7 @@ def run(app_reads: bool, messages: list[Message]) -> list[Message]:
         for message in messages:
             queue.put_nowait(message)
 
-        async def app(scope: Scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        async def app(scope: Scope, receive, send) -> None:
             while app_reads:
                 message = await receive()
                 if message["type"] != "http.request" or not message.get("more_body"):

@@ -90,7 +90,7 @@ def go_reads(issued: dict[str, pki.Issued], tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.mark.parametrize("name", SUBJECTS)
-def test_our_reading_of_the_subject_is_gos(name: str, issued: dict[str, pki.Issued], go_reads) -> None:  # type: ignore[no-untyped-def]
+def test_our_reading_of_the_subject_is_gos(name: str, issued: dict[str, pki.Issued], go_reads) -> None:
     go = go_reads[name]
     assert "error" not in go, go
     ours = x509_authn.user_of(issued[name].cert).user
@@ -106,7 +106,7 @@ def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
 
 @pytest.mark.parametrize("name", SUBJECTS)
 def test_the_server_authenticates_exactly_gos_identity(
-    name: str, issued: dict[str, pki.Issued], go_reads, replica: launch.Replica, dev_pki: pki.DevPKI,  # type: ignore[no-untyped-def]
+    name: str, issued: dict[str, pki.Issued], go_reads, replica: launch.Replica, dev_pki: pki.DevPKI,
     tmp_path: Path,
 ) -> None:  # fmt: skip
     cert, key = tmp_path / "c.crt", tmp_path / "c.key"

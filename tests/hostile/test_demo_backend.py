@@ -14,6 +14,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.server import demo
+from secure_orca.server.asgi import Message, Receive, Scope, Send
 from secure_orca.server.demo import MAX_CPU_MS, work_ms
 
 from ..conftest import fp_flags
@@ -32,7 +33,7 @@ def test_work_is_off_unless_the_operator_turns_it_on(dev_pki: pki.DevPKI) -> Non
 
 
 @pytest.fixture(scope="module")
-def working(dev_pki: pki.DevPKI):  # type: ignore[no-untyped-def]
+def working(dev_pki: pki.DevPKI):
     with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki), demo_work=True)]) as (replica,):
         yield replica
 
@@ -41,19 +42,19 @@ def working(dev_pki: pki.DevPKI):  # type: ignore[no-untyped-def]
     "query",
     ["status=503", "cpu_ms=1&status=503", "cpu_ms=-1", f"cpu_ms={MAX_CPU_MS + 1}", "cpu_ms=nan", "cpu_ms=1&cpu_ms=2"],
 )
-def test_work_parameters_are_bounded(working, dev_pki, query) -> None:  # type: ignore[no-untyped-def]
+def test_work_parameters_are_bounded(working, dev_pki, query) -> None:
     with client(dev_pki) as http:
         assert http.get(f"{working.url}/work?{query}").status_code == 400
 
 
-def test_no_client_can_make_work_count_errors(working, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_no_client_can_make_work_count_errors(working, dev_pki) -> None:
     """``eps`` and ``rps_fractional`` count 429 and 5xx responses: /work must not produce them on request."""
     with client(dev_pki) as http:
         statuses = {http.get(f"{working.url}/work?cpu_ms=0&status={code}").status_code for code in (429, 500, 503)}
     assert 429 not in statuses and not any(code >= 500 for code in statuses)
 
 
-def test_work_burns_cpu_off_the_event_loop(working, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_work_burns_cpu_off_the_event_loop(working, dev_pki) -> None:
     """Six requests of MAX_CPU_MS each: on the loop, each would hold it for a second and at most one /healthz
     could be answered between two burns. Counted, not timed: /healthz is answered 60 times before they end.
     (Burners that never offered the GIL let 7 through in the same time.)"""
@@ -92,20 +93,20 @@ def test_the_burn_runs_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> No
             where.append("worker thread")
         return milliseconds / 1000
 
-    async def inner(scope: dict, receive: object, send: object) -> None:
+    async def inner(scope: Scope, receive: Receive, send: Send) -> None:
         raise AssertionError("/work must not reach the inner app")
 
-    async def call() -> list[dict]:
-        sent: list[dict] = []
+    async def call() -> list[Message]:
+        sent: list[Message] = []
 
-        async def send(message: dict) -> None:
+        async def send(message: Message) -> None:
             sent.append(message)
 
-        async def receive() -> dict:
+        async def receive() -> Message:
             return {"type": "http.request", "body": b"", "more_body": False}
 
         scope = {"type": "http", "path": "/work", "query_string": b"cpu_ms=5", "headers": []}
-        await demo.with_work(inner)(scope, receive, send)  # type: ignore[arg-type]
+        await demo.with_work(inner)(scope, receive, send)
         return sent
 
     monkeypatch.setattr(demo, "burn_cpu", burn_cpu)

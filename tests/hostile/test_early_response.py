@@ -54,6 +54,10 @@ def open_waiting_stream(client: H2Client) -> int:
     return waiting
 
 
+def was_reset(client: H2Client, stream: int) -> Callable[[], bool]:
+    return lambda: client.streams[stream].reset is not None
+
+
 @pytest.mark.parametrize("late", AFTER_RESPONSE)
 @pytest.mark.parametrize("answered", ["200-demo", "401-front-proxy-without-user"])
 def test_frames_after_an_early_response_touch_only_their_stream(
@@ -91,7 +95,7 @@ def test_late_bodies_are_acknowledged_so_the_connection_window_never_runs_dry(
             assert client.pump_until_ended(early)
             assert client.conn.local_flow_control_window(early) >= len(chunk), "the window ran dry"
             client.data(early, chunk, end=False)
-            assert client.pump_until(lambda s=early: client.streams[s].reset is not None), "the connection ended"
+            assert client.pump_until(was_reset(client, early)), "the connection ended"
             assert client.streams[early].reset == 0  # NO_ERROR: stop sending, the response is complete
         later = client.start("GET", "/version", end=True)
         assert client.pump_until_ended(later) and client.streams[later].status == 200

@@ -72,11 +72,11 @@ def hpack_bomb(encoder: hpack.Encoder) -> Iterator[bytes]:
     """A 4000-byte header put in the dynamic table, then one frame referencing it 16,000 times (64 MB)."""
     first = HeadersFrame(1)
     first.data = encoder.encode([*PSEUDO, ("x-big", "v" * 4000)])
-    first.flags = {"END_HEADERS", "END_STREAM"}
+    first.flags |= {"END_HEADERS", "END_STREAM"}
     yield first.serialize()
     bomb = HeadersFrame(3)
     bomb.data = encoder.encode(PSEUDO) + bytes([0x80 | 62]) * 16000
-    bomb.flags = {"END_HEADERS", "END_STREAM"}
+    bomb.flags |= {"END_HEADERS", "END_STREAM"}
     yield bomb.serialize()
 
 

@@ -38,7 +38,7 @@ def client(dev_pki: pki.DevPKI, protocol: str) -> httpx.Client:
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_bodyless_requests_go_upstream_without_a_body(rig, dev_pki, protocol, method) -> None:  # type: ignore[no-untyped-def]
+def test_bodyless_requests_go_upstream_without_a_body(rig, dev_pki, protocol, method) -> None:
     replica, recorded = rig
     before = len(recorded.requests)
     with client(dev_pki, protocol) as http:
@@ -51,7 +51,7 @@ def test_bodyless_requests_go_upstream_without_a_body(rig, dev_pki, protocol, me
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_proxied_response_has_one_date_and_one_server(rig, dev_pki, protocol) -> None:  # type: ignore[no-untyped-def]
+def test_a_proxied_response_has_one_date_and_one_server(rig, dev_pki, protocol) -> None:
     replica, _ = rig
     with client(dev_pki, protocol) as http:
         response = http.get(f"{replica.url}/apis/up/x")

@@ -76,7 +76,7 @@ def assert_kept_in(recorded: Recorded, since: int) -> None:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_h2_paths_cannot_steer_the_proxy(rig, dev_pki, variant) -> None:  # type: ignore[no-untyped-def]
+def test_h2_paths_cannot_steer_the_proxy(rig, dev_pki, variant) -> None:
     replica, recorded, metrics_port = rig
     before = len(recorded.requests)
     reply = get_h2(replica, dev_pki, steering_paths(metrics_port)[variant])
@@ -86,7 +86,7 @@ def test_h2_paths_cannot_steer_the_proxy(rig, dev_pki, variant) -> None:  # type
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_http1_paths_cannot_steer_the_proxy(rig, dev_pki, variant) -> None:  # type: ignore[no-untyped-def]
+def test_http1_paths_cannot_steer_the_proxy(rig, dev_pki, variant) -> None:
     replica, recorded, metrics_port = rig
     before = len(recorded.requests)
     response = h1_get(replica, dev_pki, steering_paths(metrics_port)[variant])
@@ -95,7 +95,7 @@ def test_http1_paths_cannot_steer_the_proxy(rig, dev_pki, variant) -> None:  # t
     assert_kept_in(recorded, before)
 
 
-def test_ordinary_paths_still_reach_the_upstream(rig, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_ordinary_paths_still_reach_the_upstream(rig, dev_pki) -> None:
     replica, recorded, _ = rig
     before = len(recorded.requests)
     reply = get_h2(replica, dev_pki, "/apis/x/v1/a%20b;c=d@e?watch=1&q=%2F")

@@ -14,7 +14,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -46,6 +46,10 @@ def failures(rig: Rig, flag: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
+def failures_above(rig: Rig, flag: str, count: float) -> Callable[[], bool]:
+    return lambda: failures(rig, flag) > count
+
+
 def test_emptied_allowed_names_file_is_refused_and_counted(rig: Rig, tmp_path: Path) -> None:
     other = other_cn(rig, tmp_path)
     with rig.client(other.cert, other.key) as http:
@@ -53,7 +57,7 @@ def test_emptied_allowed_names_file_is_refused_and_counted(rig: Rig, tmp_path: P
         for emptied in (b"", b"# nobody for now\n\n"):
             before = failures(rig, "--requestheader-allowed-names-file")
             replace(rig.root / NAMES, emptied, 0o644)
-            eventually(lambda b=before: failures(rig, "--requestheader-allowed-names-file") > b, "refusal counted")
+            eventually(failures_above(rig, "--requestheader-allowed-names-file", before), "refusal counted")
             assert not rig.report(http), "an emptied allowed-names file widened trust"
     assert "names no one" in rig.log()
 

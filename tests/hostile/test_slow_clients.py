@@ -6,6 +6,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Iterator
 
+import h2.connection
 import httpx
 import pytest
 
@@ -27,7 +28,9 @@ def rig(dev_pki: pki.DevPKI) -> Iterator[tuple[launch.Replica, Recorded]]:
             yield replica, recorded
 
 
-def stall_uploads(replica: launch.Replica, dev_pki: pki.DevPKI) -> tuple[ssl.SSLSocket, list[int]]:
+def stall_uploads(
+    replica: launch.Replica, dev_pki: pki.DevPKI
+) -> tuple[ssl.SSLSocket, h2.connection.H2Connection, list[int]]:
     """One connection with STALLED_STREAMS POSTs, each sending one byte of its body and then nothing."""
     sock = connect(replica, tls_context(dev_pki, "h2"), timeout=15)
     conn = h2_client()
@@ -37,11 +40,10 @@ def stall_uploads(replica: launch.Replica, dev_pki: pki.DevPKI) -> tuple[ssl.SSL
                                       (":scheme", "https"), (":authority", "localhost")])  # fmt: skip
         conn.send_data(stream_id, b"x")
     sock.sendall(conn.data_to_send())
-    sock.conn = conn  # type: ignore[attr-defined]
-    return sock, streams
+    return sock, conn, streams
 
 
-def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> None:
     replica, _ = rig
     held = [stall_uploads(replica, dev_pki) for _ in range(2)]
     try:
@@ -52,18 +54,18 @@ def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> N
                 assert (response.status_code, response.text) == (200, "backend")
         # Each stalled upload was refused: 429 beyond the per-client bound, 408 once its body stalled.
         statuses = []
-        for sock, streams in held:
-            replies = read_streams(sock, sock.conn, streams)  # type: ignore[attr-defined]
+        for sock, conn, streams in held:
+            replies = read_streams(sock, conn, streams)
             statuses += [reply.status for reply in replies.values()]
         assert set(statuses) <= {408, 429}, statuses
         assert 429 in statuses and 408 in statuses
     finally:
-        for sock, _ in held:
+        for sock, _, _ in held:
             sock.close()
     assert "Traceback" not in "".join(replica.process.lines)
 
 
-def test_slow_header_and_never_reading_clients_do_not_stop_others(rig, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_slow_header_and_never_reading_clients_do_not_stop_others(rig, dev_pki) -> None:
     replica, _ = rig
     slow_headers = []
     for _ in range(10):  # HTTP/1.1 request lines that never finish
@@ -88,7 +90,7 @@ def test_slow_header_and_never_reading_clients_do_not_stop_others(rig, dev_pki) 
     assert get_h2(replica, dev_pki, "/healthz").status == 200
 
 
-def test_a_slow_body_within_the_timeout_is_forwarded_whole(rig, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_a_slow_body_within_the_timeout_is_forwarded_whole(rig, dev_pki) -> None:
     """The body timeout bounds silence, not the whole upload: a body that keeps coming gets through."""
     import time
 

@@ -37,7 +37,7 @@ def rig(dev_pki: pki.DevPKI) -> Iterator[tuple[launch.Replica, Recorded]]:
 
 
 @pytest.mark.parametrize("path", ["/apis/x/nocontent", "/apis/x/notmodified"])
-def test_204_and_304_carry_no_content_length(rig, dev_pki, path) -> None:  # type: ignore[no-untyped-def]
+def test_204_and_304_carry_no_content_length(rig, dev_pki, path) -> None:
     replica, _ = rig
     reply = get_h2(replica, dev_pki, path)
     assert reply.status in (204, 304)
@@ -58,7 +58,7 @@ def test_respond_sends_no_body_nor_length_on_204() -> None:
     assert sent[1]["body"] == b""
 
 
-def test_upgrade_h2c_is_not_accepted_over_tls(rig, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_upgrade_h2c_is_not_accepted_over_tls(rig, dev_pki) -> None:
     replica, _ = rig
     request = (
         b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, HTTP2-Settings\r\n"
@@ -69,7 +69,7 @@ def test_upgrade_h2c_is_not_accepted_over_tls(rig, dev_pki) -> None:  # type: ig
     assert b"101" not in response.split(b"\r\n", 1)[0]
 
 
-def test_underscore_opt_in_never_reaches_a_backend(rig, dev_pki) -> None:  # type: ignore[no-untyped-def]
+def test_underscore_opt_in_never_reaches_a_backend(rig, dev_pki) -> None:
     """A backend that reads ``_`` as ``-`` (CGI, WSGI) would see the opt-in; it must not get there."""
     replica, recorded = rig
     before = len(recorded.headers)

@@ -32,7 +32,7 @@ def context(dev_pki: pki.DevPKI, cert: ClientCert, version: ssl.TLSVersion) -> s
 
 def opt_in(
     replica: Replica, ctx: ssl.SSLContext, session: ssl.SSLSession | None = None
-) -> tuple[bool, bool, ssl.SSLSession | None]:
+) -> tuple[bool | None, bool, ssl.SSLSession | None]:
     """One opted-in HTTP/1.1 request on a new connection: (session reused, report attached, session)."""
     raw = socket.create_connection((replica.host, replica.port), timeout=10)
     with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as sock:
@@ -54,7 +54,7 @@ def via_intermediate(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)
-def test_a_second_connection_keeps_the_grant(secured_replica, dev_pki, via_intermediate, version) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_connection_keeps_the_grant(secured_replica, dev_pki, via_intermediate, version) -> None:
     ctx = context(dev_pki, via_intermediate, version)
     _, first_granted, session = opt_in(secured_replica, ctx)
     assert first_granted
@@ -66,7 +66,7 @@ def test_a_second_connection_keeps_the_grant(secured_replica, dev_pki, via_inter
 @pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)
 def test_identity_follows_the_session_not_the_certificate_loaded(
     secured_replica, dev_pki, client_certs, version
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """A session from a refused identity, offered by a client that now holds the front proxy's certificate:
     if the server resumes it, the identity is the session's (no report); only a full handshake grants."""
     ctx = context(dev_pki, client_certs["user"], version)

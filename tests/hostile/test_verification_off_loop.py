@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import MutableMapping
 from typing import Any
 
 from secure_orca.authz.memo import ConnectionMemo
@@ -22,8 +23,8 @@ async def request(middleware: LoadReportMiddleware, chain: list[str] | None, mem
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b""}
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
 
     await middleware(scope, receive, send)
     return sent
@@ -41,7 +42,7 @@ def test_other_connections_are_answered_while_a_chain_is_verified() -> None:
         release.wait(5)
         return verify_der(chain, now)
 
-    chains.verifier.verify_der = held  # type: ignore[method-assign]
+    chains.verifier.verify_der = held
 
     async def scenario() -> tuple[bool, list[Any], list[Any], list[Any], list[Any]]:
         memo = ConnectionMemo()
