@@ -27,7 +27,8 @@ The handshake follows kube-apiserver where Python's ssl allows: a client certifi
 union of --client-ca-file and --requestheader-client-ca-file as trust anchors) but not required, and its
 validity period is not checked in the handshake (the front-proxy check does that per request). Unlike Go,
 OpenSSL cannot be told to accept a certificate from an unknown CA or one whose ExtKeyUsage excludes
-clientAuth: such handshakes fail, which refuses the report all the same.
+clientAuth: such handshakes fail, which refuses the report all the same. The key exchange is Go's
+(``tls_policy``: X25519, P-256, P-384, P-521, ECDHE suites only), so no client can choose a costly handshake.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from hyperframe.frame import GoAwayFrame
 
 from secure_orca.authz.kubex509 import ca_bundle
 from secure_orca.errors import SecureOrcaError
+from secure_orca.server import tls_policy
 from secure_orca.server.h2_headers import REPORT_FIELD_NAME, IndexedEncoder, passes_unchanged, remember
 from secure_orca.server.middleware import CONNECTION_KEY, ConnectionMemo
 
@@ -464,6 +466,7 @@ def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SS
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION
     context.set_alpn_protocols(["h2", "http/1.1"])
+    tls_policy.apply(context)  # Go's key-exchange groups and ECDHE suites: no client-chosen costly handshake
     context.load_cert_chain(cert, key)
     if client_cas:
         for ca in client_cas:
