@@ -478,9 +478,11 @@ def make_server_context(cert: Path, key: Path, client_cas: list[Path]) -> ssl.SS
         context.verify_mode = ssl.CERT_OPTIONAL
         context.verify_flags |= _NO_CHECK_TIME | ssl.VERIFY_X509_PARTIAL_CHAIN
         # No resumption where client certificates count: a resumed session gives back the leaf without the
-        # intermediates, so a front proxy chaining through one would lose its grant (TLS 1.2 and 1.3).
+        # intermediates, so a front proxy chaining through one would lose its grant (TLS 1.2 and 1.3). No
+        # tickets, and no session cache (TLS 1.2 session IDs): every connection is a full handshake.
         context.options |= ssl.OP_NO_TICKET
         context.num_tickets = 0
+        tls_policy.disable_session_cache(context)
     else:
         context.verify_mode = ssl.CERT_NONE
     return context

@@ -2,8 +2,8 @@
 
 A load balancer resumes sessions. Before the fix a front proxy chaining through an intermediate got reports
 on a fresh connection and none on a resumed one (TLS 1.2 and 1.3): a session ticket carries the leaf, not
-the intermediates. Tickets are now off where client certificates are requested; TLS 1.2 session-id
-resumption (the server's in-memory cache keeps the chain) still works and still grants.
+the intermediates. Where client certificates are requested no session is resumed at all (issue 21 item 10):
+no tickets, and no server-side session cache, so TLS 1.2 session-ID resumption is off too.
 """
 
 from __future__ import annotations
@@ -61,6 +61,15 @@ def test_a_second_connection_keeps_the_grant(secured_replica, dev_pki, via_inter
     for _ in range(3):  # as a load balancer reconnecting with the session it holds
         _, granted, session = opt_in(secured_replica, ctx, session)
         assert granted
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)
+def test_no_session_is_resumed(secured_replica, dev_pki, client_certs, version) -> None:  # type: ignore[no-untyped-def]
+    """The words of the adapter (``make_server_context``): every connection is a full handshake."""
+    ctx = context(dev_pki, client_certs["front-proxy"], version)
+    _, _, session = opt_in(secured_replica, ctx)
+    reused = [opt_in(secured_replica, ctx, session)[0] for _ in range(3)]
+    assert reused == [False, False, False]
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)
