@@ -36,11 +36,14 @@ from __future__ import annotations
 import _ssl
 import asyncio
 import contextlib
+import copy
+import functools
 import importlib.metadata
 import logging
 import random
 import ssl
 import warnings
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -61,9 +64,19 @@ from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config
 from hypercorn.events import Event, RawData
 from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.events import Body
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
-from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
+from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.typing import (
+    AppWrapper,
+    ASGIFramework,
+    ASGIReceiveCallable,
+    ASGIReceiveEvent,
+    ASGISendCallable,
+    ASGISendEvent,
+    Scope,
+)
 from hyperframe.frame import GoAwayFrame
 
 from secure_orca.authz.kubex509 import ca_bundle
@@ -154,6 +167,9 @@ class ConnectionApp:
         if self.tls is not None:
             extensions["tls"] = self.tls
         scope["extensions"] = extensions
+        flow = self.server.body_flow
+        if flow is not None:
+            receive = flow.receiving(receive)
         self.requests += 1
         rotate = self.requests >= self.server.rotate_after_requests
         if scope.get("http_version") == "2":
@@ -189,7 +205,7 @@ def _late_body(protocol: H2Protocol, event: h2.events.Event) -> bool:
     return isinstance(event, h2.events.DataReceived) and event.stream_id not in protocol.streams
 
 
-def guard_early_responses(protocol: H2Protocol) -> None:
+def guard_early_responses(protocol: H2Protocol, flow: BodyFlow | None = None) -> None:
     """Make one connection survive request bodies that arrive after their response (hypercorn issue 329,
     unmerged PRs 312, 334, 365): hypercorn 0.18's ``H2Protocol._handle_events`` looks such a DATA frame's
     stream up in ``streams``, raises KeyError, and the whole connection ends with every stream on it.
@@ -197,7 +213,8 @@ def guard_early_responses(protocol: H2Protocol) -> None:
     Events are handed to hypercorn in order; a late DATA frame is taken out: its bytes are acknowledged (so the
     connection's flow-control window is not lost), and the stream is reset with NO_ERROR if the client's side
     is still open, which RFC 9113 section 8.1 allows after a complete response and Go's server does, so the
-    client stops sending. Trailers and END_STREAM after a response, and resets, hypercorn already ignores."""
+    client stops sending. Trailers and END_STREAM after a response, and resets, hypercorn already ignores. DATA
+    for a live stream goes to ``flow`` (``BodyFlow``), which never waits."""
     if protocol.__dict__.get("_early_response_guard"):
         return
     handle_events = protocol._handle_events
@@ -212,10 +229,11 @@ def guard_early_responses(protocol: H2Protocol) -> None:
             if pending:  # earlier events may create this stream: let hypercorn see them first
                 await handle_events(pending)
                 pending = []
-            if not _late_body(protocol, event):
-                pending.append(event)
-                continue
             data = cast(h2.events.DataReceived, event)
+            if not _late_body(protocol, event):
+                if flow is None or not await flow.deliver(data):
+                    pending.append(event)
+                continue
             connection.acknowledge_received_data(data.flow_controlled_length, data.stream_id)
             stream = connection.streams.get(data.stream_id)
             if stream is not None and stream.state_machine.state is h2.stream.StreamState.HALF_CLOSED_LOCAL:
@@ -225,6 +243,100 @@ def guard_early_responses(protocol: H2Protocol) -> None:
 
     protocol.__dict__["_early_response_guard"] = True
     protocol.__dict__["_handle_events"] = guarded  # this connection's instance only, not the class
+
+
+CONNECTION_RECEIVE_WINDOW = 2**20  # request-body bytes one HTTP/2 connection may hold unread (Go's net/http2
+# server default, MaxUploadBufferPerConnection); one stream holds at most its own window (65,535 bytes)
+
+
+class BodyFlow:
+    """The request bodies of one HTTP/2 connection, handed to their streams without ever waiting (issue 21 row 9).
+
+    hypercorn 0.18 puts each DATA frame on its stream's application queue (10 items) inline in the connection's
+    reader, and acknowledges it at once: a request whose body is never read (an application answering without
+    reading it) stopped the reader, so every stream of the connection, and its task then waited forever to
+    queue ``http.disconnect``, keeping the request in ``in_flight_requests``. Here HTTP/2 streams get unbounded
+    queues (``_Config.h2``) and flow control bounds them instead: a DATA frame is acknowledged (WINDOW_UPDATE)
+    only when the application takes it; when the stream ends, whatever it left unread is acknowledged at once,
+    and the stream is reset with NO_ERROR if the client is still sending (RFC 9113 section 8.1, as Go's server
+    does). The connection's window is raised to CONNECTION_RECEIVE_WINDOW so that one stream holding its window
+    unread does not stall the other streams' bodies."""
+
+    def __init__(self, protocol: H2Protocol) -> None:
+        self.protocol = protocol
+        self.owed: dict[asyncio.Queue[Any], tuple[int, deque[int]]] = {}  # queue -> stream, unread frame lengths
+        self.queues: dict[int, asyncio.Queue[Any]] = {}
+        self.window_opened = False
+        close_stream = protocol._close_stream
+
+        async def closing(stream_id: int) -> None:
+            self.release(stream_id)
+            await close_stream(stream_id)  # queues http.disconnect: never waits, the queue is unbounded
+            if not protocol.closed:
+                await protocol._flush()
+                return
+            # The connection is gone (hypercorn may hold its send lock: no flush). A response still waiting for
+            # flow control would wait forever, its task with it (h2spec http2/6.9.1/1): release its buffer.
+            buffer = protocol.stream_buffers.get(stream_id)
+            if buffer is not None:
+                await buffer.close()
+
+        protocol.__dict__["_close_stream"] = closing  # this connection's protocol only
+
+    def open_window(self) -> None:
+        """Once, after the server's preface: the connection window (not the streams') becomes 1 MiB."""
+        if self.window_opened:
+            return
+        self.window_opened = True
+        increment = CONNECTION_RECEIVE_WINDOW - self.protocol.connection.inbound_flow_control_window
+        if increment > 0:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.protocol.connection.increment_flow_control_window(increment)
+
+    async def deliver(self, event: h2.events.DataReceived) -> bool:
+        """Queue one DATA frame's bytes for its stream's application, unacknowledged; False (hypercorn's own
+        handling) for a stream without an unbounded application queue: a WebSocket, or one already refused."""
+        stream = self.protocol.streams.get(event.stream_id)
+        queue = getattr(getattr(stream, "app_put", None), "__self__", None)
+        if not isinstance(stream, HTTPStream) or stream.closed or not isinstance(queue, asyncio.Queue):
+            return False
+        if queue.maxsize != 0:
+            return False
+        self.queues[event.stream_id] = queue
+        self.owed.setdefault(queue, (event.stream_id, deque()))[1].append(event.flow_controlled_length)
+        await stream.handle(Body(stream_id=event.stream_id, data=event.data or b""))
+        return True
+
+    def receiving(self, receive: ASGIReceiveCallable) -> ASGIReceiveCallable:
+        """``receive`` of one request, acknowledging each body frame as the application takes it."""
+        queue = getattr(receive, "__self__", None)
+
+        async def taking() -> ASGIReceiveEvent:
+            message = await receive()
+            if message.get("more_body"):
+                owed = self.owed.get(queue) if queue is not None else None
+                if owed and owed[1]:
+                    self._acknowledge(owed[0], owed[1].popleft())
+                    await self.protocol._flush()
+            return message
+
+        return taking
+
+    def release(self, stream_id: int) -> None:
+        """The stream ended: hand back what its application left unread, and stop a client still sending."""
+        queue = self.queues.pop(stream_id, None)
+        owed = self.owed.pop(queue, None) if queue is not None else None
+        if owed and sum(owed[1]):
+            self._acknowledge(stream_id, sum(owed[1]))
+        connection = self.protocol.connection
+        stream = connection.streams.get(stream_id)
+        if stream is not None and stream.state_machine.state is h2.stream.StreamState.HALF_CLOSED_LOCAL:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                connection.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+
+    def _acknowledge(self, stream_id: int, length: int) -> None:
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.protocol.connection.acknowledge_received_data(length, stream_id)
 
 
 class Phase(Enum):
@@ -362,6 +474,8 @@ class TLSAwareTCPServer(TCPServer):
     ) -> None:
         self.rotate_after_requests = config.rotate_after_requests
         self.goaway_chance = config.goaway_chance
+        self.h2_config = config.h2
+        self.body_flow: BodyFlow | None = None
         try:
             tls = tls_extension(writer.get_extra_info("ssl_object"))
         except Exception as error:  # never fail a connection here: it just gets no identity
@@ -388,9 +502,14 @@ class TLSAwareTCPServer(TCPServer):
         handle = wrapper.handle
 
         async def guarded_handle(event: Event) -> None:
-            if isinstance(wrapper.protocol, H2Protocol):
-                _refuse_malformed_streams(wrapper.protocol)
-                guard_early_responses(wrapper.protocol)
+            protocol = wrapper.protocol
+            if isinstance(protocol, H2Protocol):
+                _refuse_malformed_streams(protocol)
+                if self.body_flow is None or self.body_flow.protocol is not protocol:
+                    protocol.config = self.h2_config  # unbounded stream queues: BodyFlow bounds them
+                    self.body_flow = BodyFlow(protocol)
+                guard_early_responses(protocol, self.body_flow)
+                self.body_flow.open_window()
             await handle(event)
 
         wrapper.__dict__["handle"] = guarded_handle  # this connection's instance only, not the class
@@ -446,6 +565,12 @@ class TLSAwareTCPServer(TCPServer):
         connection.close_connection(last_stream_id=last)
         await self._send_raw(connection.data_to_send())
         self.close_state.advance(Step.DRAINED)
+
+    async def _read_data(self) -> None:
+        """hypercorn's reader, then the end of the idle timer: once the client has gone, hypercorn 0.18 still
+        waits for its keep-alive timeout (5 s) before the connection's task group, and its memory, can end."""
+        await super()._read_data()
+        await self.idle_task.stop()
 
     async def _close(self) -> None:
         self.close_state.advance(Step.PEER_CLOSED)
@@ -514,6 +639,14 @@ class _Config(Config):
     def create_ssl_context(self) -> ssl.SSLContext:
         return self._context
 
+    @functools.cached_property
+    def h2(self) -> Config:
+        """This configuration for HTTP/2 connections: unbounded application queues (``BodyFlow`` bounds them
+        with flow control). Read once the server is configured, on the first connection."""
+        config = copy.copy(self)
+        config.max_app_queue_size = 0
+        return config
+
 
 def bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -531,6 +664,23 @@ def check_hypercorn() -> None:
             f"hypercorn {installed} is installed; secure-orca needs exactly {HYPERCORN_VERSION} "
             f"(pip install hypercorn=={HYPERCORN_VERSION})"
         )
+
+
+async def end_connections(pending: dict[asyncio.Task[Any], asyncio.StreamWriter]) -> None:
+    """End connections still open after the graceful period (issue 21 row 10). Cancelling their tasks is not
+    enough: hypercorn 0.18's ``TCPServer._close`` swallows CancelledError while waiting for the TLS close, which
+    a silent client never completes, and the streams' tasks stay blocked. The transport is aborted instead: the
+    reader ends, every stream gets ``http.disconnect`` and its buffers are released (``BodyFlow``), and the tasks
+    finish by themselves; a task still running a second later is cancelled."""
+    for writer in pending.values():
+        writer.transport.abort()
+    if not pending:
+        return
+    _, stuck = await asyncio.wait(set(pending), timeout=1.0)
+    for task in stuck:
+        task.cancel()
+    if stuck:
+        await asyncio.wait(stuck, timeout=1.0)
 
 
 async def serve(
@@ -551,13 +701,13 @@ async def serve(
     wrapped = ASGIWrapper(cast(ASGIFramework, app))  # our apps use the generic ASGI mapping types
     context = WorkerContext(None)
     state: dict[str, Any] = {}
-    connections: set[asyncio.Task[Any]] = set()
+    connections: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
-            connections.add(task)
-            task.add_done_callback(connections.discard)
+            connections[task] = writer
+            task.add_done_callback(lambda done: connections.pop(done, None))
         await TLSAwareTCPServer(wrapped, loop, config, context, state, reader, writer)
 
     listener = await asyncio.start_server(
@@ -578,7 +728,4 @@ async def serve(
         await listener.wait_closed()
         if connections:
             _, pending = await asyncio.wait(set(connections), timeout=options.graceful_timeout)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=1.0)
+            await end_connections({task: connections[task] for task in pending if task in connections})

@@ -21,7 +21,16 @@ from secure_orca import pki
 from secure_orca.lab import replicas as launch
 
 from ..conftest import fp_flags
-from .wire import connect, get_h2, h1_exchange, h2_client, tls_context
+from .wire import (
+    connect,
+    get_h2,
+    h1_exchange,
+    h2_client,
+    nothing_left_in_flight,  # noqa: F401  (a fixture)
+    tls_context,
+)
+
+pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 
 MAX_RSS_GROWTH_MIB = 64  # the flood sends hundreds of MiB of header data; the server may keep a bounded part
 PSEUDO = [(":method", "GET"), (":path", "/version"), (":scheme", "https"), (":authority", "localhost")]
