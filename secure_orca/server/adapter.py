@@ -55,6 +55,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.stream
+import h2.utilities
 import h11
 import hpack
 from cryptography import x509
@@ -381,24 +382,73 @@ class GracefulClose:
         return True
 
 
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")  # RFC 9110 5.6.2
+_REQUEST = h2.utilities.HeaderValidationFlags(
+    is_client=False, is_trailer=False, is_response_header=False, is_push_promise=False
+)
+_TRAILERS = _REQUEST._replace(is_trailer=True)
+
+
+def malformed(headers: list[tuple[bytes, bytes]], trailers: bool = False) -> bool:
+    """Whether a received header block is malformed (RFC 9113 section 8.1.1): h2's own inbound validation
+    (upper-case or non-token names, connection-specific fields, pseudo-header order and set, ``host`` naming
+    another authority than ``:authority``, pseudo-headers in trailers), plus what hypercorn cannot turn into a
+    scope: a request without exactly one ``:path`` (a plain CONNECT) or a non-ASCII or empty one, and a
+    ``:method`` that is not one token. Pure."""
+    try:
+        for _ in h2.utilities.validate_headers(headers, _TRAILERS if trailers else _REQUEST):
+            pass
+    except h2.exceptions.ProtocolError:
+        return True
+    if trailers:
+        return False
+    paths = [value for name, value in headers if name == b":path"]
+    methods = [value for name, value in headers if name == b":method"]
+    return (
+        len(paths) != 1
+        or not paths[0]
+        or not paths[0].isascii()
+        or len(methods) != 1
+        or not methods[0]
+        or not set(methods[0]) <= _TOKEN
+    )
+
+
 def _refuse_malformed_streams(protocol: H2Protocol) -> None:
-    """Reset (PROTOCOL_ERROR) HTTP/2 requests hypercorn cannot turn into a scope: no ``:path`` (a plain
-    CONNECT) or a non-ASCII one. hypercorn 0.18.0 raises on both and the exception ends the whole connection."""
+    """Make a malformed request a stream error (RST_STREAM PROTOCOL_ERROR), never the connection's (issue 21 row
+    7). h2 validates inbound headers inside ``receive_data`` and raises a connection error, and hypercorn 0.18
+    raises on a non-ASCII ``:method`` or ``:path`` or a missing ``:path``: either ended every stream of the
+    connection. h2's validation is turned off for this connection and run here per header block instead
+    (``malformed``, h2's own functions), before hypercorn sees the block; a stream refused this way is never
+    created, and its later frames are late frames (``guard_early_responses``)."""
     if protocol.__dict__.get("_malformed_stream_guard"):
         return
     protocol.__dict__["_malformed_stream_guard"] = True
-    create_stream = protocol._create_stream
     connection = protocol.connection
+    connection.config.validate_inbound_headers = False  # this connection's configuration object only
+    handle_events = protocol._handle_events
 
-    async def checked(request: h2.events.RequestReceived) -> None:
-        paths = [value for name, value in request.headers if name == b":path"]
-        if len(paths) != 1 or not paths[0].isascii():
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                connection.reset_stream(request.stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
-            return
-        await create_stream(request)
+    def refuse(stream_id: int) -> None:
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            connection.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
 
-    setattr(protocol, "_create_stream", checked)  # noqa: B010  (this connection's protocol only)
+    async def checked(events: Events) -> None:
+        kept: Events = []
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived) and malformed(event.headers or []):
+                refuse(cast(int, event.stream_id))
+                continue
+            if isinstance(event, h2.events.TrailersReceived) and malformed(event.headers or [], trailers=True):
+                refuse(cast(int, event.stream_id))
+                # hypercorn closes its stream as for a client's reset
+                reset = h2.events.StreamReset(stream_id=cast(int, event.stream_id), remote_reset=False)
+                reset.error_code = h2.errors.ErrorCodes.PROTOCOL_ERROR
+                kept.append(reset)
+                continue
+            kept.append(event)
+        await handle_events(kept)
+
+    protocol.__dict__["_handle_events"] = checked  # this connection's protocol only
 
 
 def encode_headers(connection: h2.connection.H2Connection) -> None:
@@ -666,14 +716,16 @@ def check_hypercorn() -> None:
         )
 
 
-async def end_connections(pending: dict[asyncio.Task[Any], asyncio.StreamWriter]) -> None:
+async def end_connections(pending: dict[asyncio.Task[Any], tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:
     """End connections still open after the graceful period (issue 21 row 10). Cancelling their tasks is not
     enough: hypercorn 0.18's ``TCPServer._close`` swallows CancelledError while waiting for the TLS close, which
-    a silent client never completes, and the streams' tasks stay blocked. The transport is aborted instead: the
-    reader ends, every stream gets ``http.disconnect`` and its buffers are released (``BodyFlow``), and the tasks
-    finish by themselves; a task still running a second later is cancelled."""
-    for writer in pending.values():
+    a silent client never completes, and the streams' tasks stay blocked. The transport is aborted and the reader
+    ended instead (a transport already closing may never report its loss): every stream gets ``http.disconnect``
+    and its buffers are released (``BodyFlow``), and the tasks finish by themselves; a task still running a
+    second later is cancelled."""
+    for reader, writer in pending.values():
         writer.transport.abort()
+        reader.feed_eof()
     if not pending:
         return
     _, stuck = await asyncio.wait(set(pending), timeout=1.0)
@@ -701,12 +753,12 @@ async def serve(
     wrapped = ASGIWrapper(cast(ASGIFramework, app))  # our apps use the generic ASGI mapping types
     context = WorkerContext(None)
     state: dict[str, Any] = {}
-    connections: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
+    connections: dict[asyncio.Task[Any], tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
-            connections[task] = writer
+            connections[task] = reader, writer
             task.add_done_callback(lambda done: connections.pop(done, None))
         await TLSAwareTCPServer(wrapped, loop, config, context, state, reader, writer)
 
