@@ -420,7 +420,11 @@ def _refuse_malformed_streams(protocol: H2Protocol) -> None:
     raises on a non-ASCII ``:method`` or ``:path`` or a missing ``:path``: either ended every stream of the
     connection. h2's validation is turned off for this connection and run here per header block instead
     (``malformed``, h2's own functions), before hypercorn sees the block; a stream refused this way is never
-    created, and its later frames are late frames (``guard_early_responses``)."""
+    created, and its later frames are late frames (``guard_early_responses``).
+
+    PRIORITY signals are ignored, as RFC 9113 section 5.3.2 allows (they are deprecated): hypercorn 0.18 put every
+    stream a PRIORITY frame named into its priority tree, which raised TooManyStreamsError, with a traceback and
+    the connection's end, at the 1,001st idle stream. Streams are then scheduled with equal weights."""
     if protocol.__dict__.get("_malformed_stream_guard"):
         return
     protocol.__dict__["_malformed_stream_guard"] = True
@@ -435,6 +439,8 @@ def _refuse_malformed_streams(protocol: H2Protocol) -> None:
     async def checked(events: Events) -> None:
         kept: Events = []
         for event in events:
+            if isinstance(event, h2.events.PriorityUpdated):
+                continue  # see the docstring: ignored (issue 21 row 8)
             if isinstance(event, h2.events.RequestReceived) and malformed(event.headers or []):
                 refuse(cast(int, event.stream_id))
                 continue
