@@ -172,7 +172,8 @@ class ConnectionApp:
         if flow is not None:
             receive = flow.receiving(receive)
         self.requests += 1
-        rotate = self.requests >= self.server.rotate_after_requests
+        limit = self.server.rotate_after_requests
+        rotate = 0 < limit <= self.requests  # 0: never (the default, as kube-apiserver)
         if scope.get("http_version") == "2":
             chance = self.server.goaway_chance
             if rotate or (chance and random.random() < chance):
@@ -674,7 +675,7 @@ class ServerOptions:
     host: str
     port: int
     context: ssl.SSLContext
-    max_requests_per_connection: int = 1000
+    max_requests_per_connection: int = 0  # 0: never rotate
     goaway_chance: float = 0.0
     graceful_timeout: float = 10.0
     access_log: bool = False
