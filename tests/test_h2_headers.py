@@ -117,3 +117,44 @@ def test_the_hpack_names_relied_on_exist() -> None:
     assert HeaderTable.STATIC_TABLE_LENGTH == 61
     assert isinstance(inspect.getattr_static(HeaderTable, "maxsize"), property)
     assert list(inspect.signature(hpack.hpack.encode_integer).parameters) == ["integer", "prefix_bits"]
+
+
+def size_update(size: int) -> bytes:
+    """A dynamic table size update (RFC 7541 section 6.3)."""
+    encoded = hpack.hpack.encode_integer(size, 5)
+    encoded[0] |= 0x20
+    return bytes(encoded)
+
+
+def test_a_size_announced_twice_is_still_signalled() -> None:
+    """Issue 21 row 11: hpack 4.2 sets ``resized`` from the last change only, so the same size announced twice
+    before the next header block dropped the update the first one required (RFC 7541 section 4.2)."""
+    encoder = IndexedEncoder()
+    encoder.header_table_size = 1000
+    encoder.header_table_size = 1000
+    assert encoder.encode([(b"x-a", b"1")]).startswith(size_update(1000))
+    assert not encoder.encode([(b"x-a", b"1")]).startswith(size_update(1000))  # once
+
+
+def test_a_peer_decoder_follows_whatever_sizes_are_announced() -> None:
+    """The sequence that broke a client's decoder ("Invalid table index"): 8192 announced twice. The encoder
+    uses at most MAX_TABLE_SIZE and signals every size it uses, so a real decoder reads every block."""
+    encoder, decoder = IndexedEncoder(), hpack.Decoder()
+    decoder.max_allowed_table_size = 8192
+    for size in (8192, 8192):
+        encoder.header_table_size = size
+    for i in range(200):
+        headers = [(b":status", b"200"), (b"audit-id", b"%0100x" % i), (b"x-b", b"%d" % (i % 7))]
+        assert decoder.decode(encoder.encode(headers), raw=True) == headers
+
+
+@pytest.mark.parametrize("announced", [2**32 - 1, 65536, 4097])
+def test_the_table_is_bounded_whatever_the_client_announces(announced: int) -> None:
+    """Issue 21 row 12: a client announcing 2^32-1 grew one connection by 13.7 MB. RFC 7541 section 4.2 lets the
+    encoder choose any size up to the announced maximum: it keeps 4096, and needs no update to say so."""
+    encoder = IndexedEncoder()
+    encoder.header_table_size = announced
+    assert encoder.header_table.maxsize == 4096
+    for i in range(500):
+        assert not encoder.encode([(b"audit-id", b"%0200x" % i)]).startswith(size_update(announced))
+    assert encoder.header_table._current_size <= 4096

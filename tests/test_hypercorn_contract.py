@@ -92,3 +92,26 @@ def test_closed_is_final_and_the_peer_can_close_from_any_open_phase() -> None:
 def test_rotation_starts_once() -> None:
     close = GracefulClose()
     assert close.advance(Step.ROTATE) and not close.advance(Step.ROTATE)
+
+
+def test_what_body_flow_and_the_connection_end_rely_on() -> None:
+    """``BodyFlow`` (issue 21 rows 9 and 10): HTTP/2 streams take their queue size from the protocol's config,
+    put bodies through ``app_put`` (the queue's bound ``put``), and a closed connection's streams go through
+    ``_close_stream``; ``TLSAwareTCPServer._read_data`` stops ``idle_task`` once hypercorn's reader returns."""
+    from hypercorn.asyncio.task_group import TaskGroup
+    from hypercorn.protocol.h2 import StreamBuffer
+    from hypercorn.protocol.http_stream import HTTPStream
+
+    assert Config().max_app_queue_size == 10
+    assert "asyncio.Queue(config.max_app_queue_size)" in inspect.getsource(TaskGroup.spawn_app)
+    assert "return app_queue.put" in inspect.getsource(TaskGroup.spawn_app)
+    assert "self.app_put = await self.task_group.spawn_app(" in inspect.getsource(HTTPStream.handle)
+    assert "HTTPStream(\n                self.app,\n                self.config," in inspect.getsource(
+        H2Protocol._create_stream
+    )
+    assert list(inspect.signature(H2Protocol._close_stream).parameters) == ["self", "stream_id"]
+    assert "self.closed = True" in inspect.getsource(H2Protocol.handle)
+    assert inspect.iscoroutinefunction(StreamBuffer.close) and inspect.iscoroutinefunction(H2Protocol._flush)
+    assert "self.stream_buffers: dict[int, StreamBuffer] = {}" in inspect.getsource(H2Protocol.__init__)
+    assert "await self._read_data()" in inspect.getsource(TCPServer.run)
+    assert "self.idle_task = AsyncioSingleTask()" in inspect.getsource(TCPServer.__init__)

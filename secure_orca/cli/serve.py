@@ -162,8 +162,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--max-requests-per-connection",
         type=int,
-        default=1000,
-        help="rotate a connection gracefully after this many requests (HTTP/2 GOAWAY; HTTP/1.1 Connection: close)",
+        default=0,
+        help="rotate a connection gracefully after this many requests (HTTP/2 GOAWAY; HTTP/1.1 Connection: close); "
+        "0, the default, never rotates, as kube-apiserver",
     )
     a(
         "--goaway-chance",

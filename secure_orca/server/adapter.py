@@ -27,7 +27,8 @@ The handshake follows kube-apiserver where Python's ssl allows: a client certifi
 union of --client-ca-file and --requestheader-client-ca-file as trust anchors) but not required, and its
 validity period is not checked in the handshake (the front-proxy check does that per request). Unlike Go,
 OpenSSL cannot be told to accept a certificate from an unknown CA or one whose ExtKeyUsage excludes
-clientAuth: such handshakes fail, which refuses the report all the same.
+clientAuth: such handshakes fail, which refuses the report all the same. The key exchange is Go's
+(``tls_policy``: X25519, P-256, P-384, P-521, ECDHE suites only), so no client can choose a costly handshake.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ from __future__ import annotations
 import _ssl
 import asyncio
 import contextlib
+import copy
+import functools
 import importlib.metadata
 import logging
 import random
 import ssl
 import warnings
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -50,6 +54,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.stream
+import h2.utilities
 import h11
 import hpack
 from cryptography import x509
@@ -59,14 +64,25 @@ from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config
 from hypercorn.events import Event, RawData
 from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.events import Body
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
-from hypercorn.typing import AppWrapper, ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
+from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.typing import (
+    AppWrapper,
+    ASGIFramework,
+    ASGIReceiveCallable,
+    ASGIReceiveEvent,
+    ASGISendCallable,
+    ASGISendEvent,
+    Scope,
+)
 from hyperframe.frame import GoAwayFrame
 
 from secure_orca.authz.memo import ConnectionMemo
 from secure_orca.credentials.kinds import KeyPair
 from secure_orca.errors import SecureOrcaError
+from secure_orca.server import tls_policy
 from secure_orca.server.h2_headers import REPORT_FIELD_NAME, IndexedEncoder, passes_unchanged, remember
 from secure_orca.server.middleware import CONNECTION_KEY
 
@@ -171,8 +187,12 @@ class ConnectionApp:
         if self.tls is not None:
             extensions["tls"] = self.tls
         scope["extensions"] = extensions
+        flow = self.server.body_flow
+        if flow is not None:
+            receive = flow.receiving(receive)
         self.requests += 1
-        rotate = self.requests >= self.server.rotate_after_requests
+        limit = self.server.rotate_after_requests
+        rotate = 0 < limit <= self.requests  # 0: never (the default, as kube-apiserver)
         if scope.get("http_version") == "2":
             chance = self.server.goaway_chance
             if rotate or (chance and random.random() < chance):
@@ -207,7 +227,7 @@ def _late_body(protocol: H2Protocol, event: h2.events.Event) -> bool:
     return isinstance(event, h2.events.DataReceived) and event.stream_id not in protocol.streams
 
 
-def guard_early_responses(protocol: H2Protocol) -> None:
+def guard_early_responses(protocol: H2Protocol, flow: BodyFlow | None = None) -> None:
     """Make one connection survive request bodies that arrive after their response (hypercorn issue 329,
     unmerged PRs 312, 334, 365): hypercorn 0.18's ``H2Protocol._handle_events`` looks such a DATA frame's
     stream up in ``streams``, raises KeyError, and the whole connection ends with every stream on it.
@@ -215,7 +235,8 @@ def guard_early_responses(protocol: H2Protocol) -> None:
     Events are handed to hypercorn in order; a late DATA frame is taken out: its bytes are acknowledged (so the
     connection's flow-control window is not lost), and the stream is reset with NO_ERROR if the client's side
     is still open, which RFC 9113 section 8.1 allows after a complete response and Go's server does, so the
-    client stops sending. Trailers and END_STREAM after a response, and resets, hypercorn already ignores."""
+    client stops sending. Trailers and END_STREAM after a response, and resets, hypercorn already ignores. DATA
+    for a live stream goes to ``flow`` (``BodyFlow``), which never waits."""
     if protocol.__dict__.get("_early_response_guard"):
         return
     handle_events = protocol._handle_events
@@ -230,10 +251,11 @@ def guard_early_responses(protocol: H2Protocol) -> None:
             if pending:  # earlier events may create this stream: let hypercorn see them first
                 await handle_events(pending)
                 pending = []
-            if not _late_body(protocol, event):
-                pending.append(event)
-                continue
             data = cast(h2.events.DataReceived, event)
+            if not _late_body(protocol, event):
+                if flow is None or not await flow.deliver(data):
+                    pending.append(event)
+                continue
             connection.acknowledge_received_data(data.flow_controlled_length, data.stream_id)
             stream = connection.streams.get(data.stream_id)
             if stream is not None and stream.state_machine.state is h2.stream.StreamState.HALF_CLOSED_LOCAL:
@@ -243,6 +265,100 @@ def guard_early_responses(protocol: H2Protocol) -> None:
 
     protocol.__dict__["_early_response_guard"] = True
     protocol.__dict__["_handle_events"] = guarded  # this connection's instance only, not the class
+
+
+CONNECTION_RECEIVE_WINDOW = 2**20  # request-body bytes one HTTP/2 connection may hold unread (Go's net/http2
+# server default, MaxUploadBufferPerConnection); one stream holds at most its own window (65,535 bytes)
+
+
+class BodyFlow:
+    """The request bodies of one HTTP/2 connection, handed to their streams without ever waiting (issue 21 row 9).
+
+    hypercorn 0.18 puts each DATA frame on its stream's application queue (10 items) inline in the connection's
+    reader, and acknowledges it at once: a request whose body is never read (an application answering without
+    reading it) stopped the reader, so every stream of the connection, and its task then waited forever to
+    queue ``http.disconnect``, keeping the request in ``in_flight_requests``. Here HTTP/2 streams get unbounded
+    queues (``_Config.h2``) and flow control bounds them instead: a DATA frame is acknowledged (WINDOW_UPDATE)
+    only when the application takes it; when the stream ends, whatever it left unread is acknowledged at once,
+    and the stream is reset with NO_ERROR if the client is still sending (RFC 9113 section 8.1, as Go's server
+    does). The connection's window is raised to CONNECTION_RECEIVE_WINDOW so that one stream holding its window
+    unread does not stall the other streams' bodies."""
+
+    def __init__(self, protocol: H2Protocol) -> None:
+        self.protocol = protocol
+        self.owed: dict[asyncio.Queue[Any], tuple[int, deque[int]]] = {}  # queue -> stream, unread frame lengths
+        self.queues: dict[int, asyncio.Queue[Any]] = {}
+        self.window_opened = False
+        close_stream = protocol._close_stream
+
+        async def closing(stream_id: int) -> None:
+            self.release(stream_id)
+            await close_stream(stream_id)  # queues http.disconnect: never waits, the queue is unbounded
+            if not protocol.closed:
+                await protocol._flush()
+                return
+            # The connection is gone (hypercorn may hold its send lock: no flush). A response still waiting for
+            # flow control would wait forever, its task with it (h2spec http2/6.9.1/1): release its buffer.
+            buffer = protocol.stream_buffers.get(stream_id)
+            if buffer is not None:
+                await buffer.close()
+
+        protocol.__dict__["_close_stream"] = closing  # this connection's protocol only
+
+    def open_window(self) -> None:
+        """Once, after the server's preface: the connection window (not the streams') becomes 1 MiB."""
+        if self.window_opened:
+            return
+        self.window_opened = True
+        increment = CONNECTION_RECEIVE_WINDOW - self.protocol.connection.inbound_flow_control_window
+        if increment > 0:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.protocol.connection.increment_flow_control_window(increment)
+
+    async def deliver(self, event: h2.events.DataReceived) -> bool:
+        """Queue one DATA frame's bytes for its stream's application, unacknowledged; False (hypercorn's own
+        handling) for a stream without an unbounded application queue: a WebSocket, or one already refused."""
+        stream = self.protocol.streams.get(event.stream_id)
+        queue = getattr(getattr(stream, "app_put", None), "__self__", None)
+        if not isinstance(stream, HTTPStream) or stream.closed or not isinstance(queue, asyncio.Queue):
+            return False
+        if queue.maxsize != 0:
+            return False
+        self.queues[event.stream_id] = queue
+        self.owed.setdefault(queue, (event.stream_id, deque()))[1].append(event.flow_controlled_length)
+        await stream.handle(Body(stream_id=event.stream_id, data=event.data or b""))
+        return True
+
+    def receiving(self, receive: ASGIReceiveCallable) -> ASGIReceiveCallable:
+        """``receive`` of one request, acknowledging each body frame as the application takes it."""
+        queue = getattr(receive, "__self__", None)
+
+        async def taking() -> ASGIReceiveEvent:
+            message = await receive()
+            if message.get("more_body"):
+                owed = self.owed.get(queue) if queue is not None else None
+                if owed and owed[1]:
+                    self._acknowledge(owed[0], owed[1].popleft())
+                    await self.protocol._flush()
+            return message
+
+        return taking
+
+    def release(self, stream_id: int) -> None:
+        """The stream ended: hand back what its application left unread, and stop a client still sending."""
+        queue = self.queues.pop(stream_id, None)
+        owed = self.owed.pop(queue, None) if queue is not None else None
+        if owed and sum(owed[1]):
+            self._acknowledge(stream_id, sum(owed[1]))
+        connection = self.protocol.connection
+        stream = connection.streams.get(stream_id)
+        if stream is not None and stream.state_machine.state is h2.stream.StreamState.HALF_CLOSED_LOCAL:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                connection.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+
+    def _acknowledge(self, stream_id: int, length: int) -> None:
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.protocol.connection.acknowledge_received_data(length, stream_id)
 
 
 class Phase(Enum):
@@ -287,24 +403,79 @@ class GracefulClose:
         return True
 
 
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")  # RFC 9110 5.6.2
+_REQUEST = h2.utilities.HeaderValidationFlags(
+    is_client=False, is_trailer=False, is_response_header=False, is_push_promise=False
+)
+_TRAILERS = _REQUEST._replace(is_trailer=True)
+
+
+def malformed(headers: list[tuple[bytes, bytes]], trailers: bool = False) -> bool:
+    """Whether a received header block is malformed (RFC 9113 section 8.1.1): h2's own inbound validation
+    (upper-case or non-token names, connection-specific fields, pseudo-header order and set, ``host`` naming
+    another authority than ``:authority``, pseudo-headers in trailers), plus what hypercorn cannot turn into a
+    scope: a request without exactly one ``:path`` (a plain CONNECT) or a non-ASCII or empty one, and a
+    ``:method`` that is not one token. Pure."""
+    try:
+        for _ in h2.utilities.validate_headers(headers, _TRAILERS if trailers else _REQUEST):
+            pass
+    except h2.exceptions.ProtocolError:
+        return True
+    if trailers:
+        return False
+    paths = [value for name, value in headers if name == b":path"]
+    methods = [value for name, value in headers if name == b":method"]
+    return (
+        len(paths) != 1
+        or not paths[0]
+        or not paths[0].isascii()
+        or len(methods) != 1
+        or not methods[0]
+        or not set(methods[0]) <= _TOKEN
+    )
+
+
 def _refuse_malformed_streams(protocol: H2Protocol) -> None:
-    """Reset (PROTOCOL_ERROR) HTTP/2 requests hypercorn cannot turn into a scope: no ``:path`` (a plain
-    CONNECT) or a non-ASCII one. hypercorn 0.18.0 raises on both and the exception ends the whole connection."""
+    """Make a malformed request a stream error (RST_STREAM PROTOCOL_ERROR), never the connection's (issue 21 row
+    7). h2 validates inbound headers inside ``receive_data`` and raises a connection error, and hypercorn 0.18
+    raises on a non-ASCII ``:method`` or ``:path`` or a missing ``:path``: either ended every stream of the
+    connection. h2's validation is turned off for this connection and run here per header block instead
+    (``malformed``, h2's own functions), before hypercorn sees the block; a stream refused this way is never
+    created, and its later frames are late frames (``guard_early_responses``).
+
+    PRIORITY signals are ignored, as RFC 9113 section 5.3.2 allows (they are deprecated): hypercorn 0.18 put every
+    stream a PRIORITY frame named into its priority tree, which raised TooManyStreamsError, with a traceback and
+    the connection's end, at the 1,001st idle stream. Streams are then scheduled with equal weights."""
     if protocol.__dict__.get("_malformed_stream_guard"):
         return
     protocol.__dict__["_malformed_stream_guard"] = True
-    create_stream = protocol._create_stream
     connection = protocol.connection
+    connection.config.validate_inbound_headers = False  # this connection's configuration object only
+    handle_events = protocol._handle_events
 
-    async def checked(request: h2.events.RequestReceived) -> None:
-        paths = [value for name, value in request.headers if name == b":path"]
-        if len(paths) != 1 or not paths[0].isascii():
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                connection.reset_stream(request.stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
-            return
-        await create_stream(request)
+    def refuse(stream_id: int) -> None:
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            connection.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
 
-    setattr(protocol, "_create_stream", checked)  # noqa: B010  (this connection's protocol only)
+    async def checked(events: Events) -> None:
+        kept: Events = []
+        for event in events:
+            if isinstance(event, h2.events.PriorityUpdated):
+                continue  # see the docstring: ignored (issue 21 row 8)
+            if isinstance(event, h2.events.RequestReceived) and malformed(event.headers or []):
+                refuse(cast(int, event.stream_id))
+                continue
+            if isinstance(event, h2.events.TrailersReceived) and malformed(event.headers or [], trailers=True):
+                refuse(cast(int, event.stream_id))
+                # hypercorn closes its stream as for a client's reset
+                reset = h2.events.StreamReset(stream_id=cast(int, event.stream_id), remote_reset=False)
+                reset.error_code = h2.errors.ErrorCodes.PROTOCOL_ERROR
+                kept.append(reset)
+                continue
+            kept.append(event)
+        await handle_events(kept)
+
+    protocol.__dict__["_handle_events"] = checked  # this connection's protocol only
 
 
 def encode_headers(connection: h2.connection.H2Connection) -> None:
@@ -405,6 +576,8 @@ class TLSAwareTCPServer(TCPServer):
     ) -> None:
         self.rotate_after_requests = config.rotate_after_requests
         self.goaway_chance = config.goaway_chance
+        self.h2_config = config.h2
+        self.body_flow: BodyFlow | None = None
         try:
             tls = tls_extension(writer.get_extra_info("ssl_object"))
         except Exception as error:  # never fail a connection here: it just gets no identity
@@ -432,9 +605,14 @@ class TLSAwareTCPServer(TCPServer):
         handle = wrapper.handle
 
         async def guarded_handle(event: Event) -> None:
-            if isinstance(wrapper.protocol, H2Protocol):
-                _refuse_malformed_streams(wrapper.protocol)
-                guard_early_responses(wrapper.protocol)
+            protocol = wrapper.protocol
+            if isinstance(protocol, H2Protocol):
+                _refuse_malformed_streams(protocol)
+                if self.body_flow is None or self.body_flow.protocol is not protocol:
+                    protocol.config = self.h2_config  # unbounded stream queues: BodyFlow bounds them
+                    self.body_flow = BodyFlow(protocol)
+                guard_early_responses(protocol, self.body_flow)
+                self.body_flow.open_window()
             await handle(event)
 
         wrapper.__dict__["handle"] = guarded_handle  # this connection's instance only, not the class
@@ -491,6 +669,12 @@ class TLSAwareTCPServer(TCPServer):
         await self._send_raw(connection.data_to_send())
         self.close_state.advance(Step.DRAINED)
 
+    async def _read_data(self) -> None:
+        """hypercorn's reader, then the end of the idle timer: once the client has gone, hypercorn 0.18 still
+        waits for its keep-alive timeout (5 s) before the connection's task group, and its memory, can end."""
+        await super()._read_data()
+        await self.idle_task.stop()
+
     async def _close(self) -> None:
         self.close_state.advance(Step.PEER_CLOSED)
         if self._goaway is not None:
@@ -510,15 +694,18 @@ def make_server_context(serving: KeyPair, anchors: bytes) -> ssl.SSLContext:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION
     context.set_alpn_protocols(["h2", "http/1.1"])
+    tls_policy.apply(context)  # Go's key-exchange groups and ECDHE suites: no client-chosen costly handshake
     serving.load_into(context)
     if anchors:
         context.load_verify_locations(cadata=anchors)
         context.verify_mode = ssl.CERT_OPTIONAL
         context.verify_flags |= _NO_CHECK_TIME | ssl.VERIFY_X509_PARTIAL_CHAIN
         # No resumption where client certificates count: a resumed session gives back the leaf without the
-        # intermediates, so a front proxy chaining through one would lose its grant (TLS 1.2 and 1.3).
+        # intermediates, so a front proxy chaining through one would lose its grant (TLS 1.2 and 1.3). No
+        # tickets, and no session cache (TLS 1.2 session IDs): every connection is a full handshake.
         context.options |= ssl.OP_NO_TICKET
         context.num_tickets = 0
+        tls_policy.disable_session_cache(context)
     else:
         context.verify_mode = ssl.CERT_NONE
     return context
@@ -529,7 +716,7 @@ class ServerOptions:
     host: str
     port: int
     context: ssl.SSLContext
-    max_requests_per_connection: int = 1000
+    max_requests_per_connection: int = 0  # 0: never rotate
     goaway_chance: float = 0.0
     graceful_timeout: float = 10.0
     access_log: bool = False
@@ -550,6 +737,14 @@ class _Config(Config):
     def create_ssl_context(self) -> ssl.SSLContext:
         return self._context
 
+    @functools.cached_property
+    def h2(self) -> Config:
+        """This configuration for HTTP/2 connections: unbounded application queues (``BodyFlow`` bounds them
+        with flow control). Read once the server is configured, on the first connection."""
+        config = copy.copy(self)
+        config.max_app_queue_size = 0
+        return config
+
 
 def bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -567,6 +762,25 @@ def check_hypercorn() -> None:
             f"hypercorn {installed} is installed; secure-orca needs exactly {HYPERCORN_VERSION} "
             f"(pip install hypercorn=={HYPERCORN_VERSION})"
         )
+
+
+async def end_connections(pending: dict[asyncio.Task[Any], tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:
+    """End connections still open after the graceful period (issue 21 row 10). Cancelling their tasks is not
+    enough: hypercorn 0.18's ``TCPServer._close`` swallows CancelledError while waiting for the TLS close, which
+    a silent client never completes, and the streams' tasks stay blocked. The transport is aborted and the reader
+    ended instead (a transport already closing may never report its loss): every stream gets ``http.disconnect``
+    and its buffers are released (``BodyFlow``), and the tasks finish by themselves; a task still running a
+    second later is cancelled."""
+    for reader, writer in pending.values():
+        writer.transport.abort()
+        reader.feed_eof()
+    if not pending:
+        return
+    _, stuck = await asyncio.wait(set(pending), timeout=1.0)
+    for task in stuck:
+        task.cancel()
+    if stuck:
+        await asyncio.wait(stuck, timeout=1.0)
 
 
 async def serve(
@@ -587,13 +801,13 @@ async def serve(
     wrapped = ASGIWrapper(cast(ASGIFramework, app))  # our apps use the generic ASGI mapping types
     context = WorkerContext(None)
     state: dict[str, Any] = {}
-    connections: set[asyncio.Task[Any]] = set()
+    connections: dict[asyncio.Task[Any], tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
-            connections.add(task)
-            task.add_done_callback(connections.discard)
+            connections[task] = reader, writer
+            task.add_done_callback(lambda done: connections.pop(done, None))
         await TLSAwareTCPServer(wrapped, loop, config, context, state, reader, writer)
 
     listener = await asyncio.start_server(
@@ -614,7 +828,4 @@ async def serve(
         await listener.wait_closed()
         if connections:
             _, pending = await asyncio.wait(set(connections), timeout=options.graceful_timeout)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=1.0)
+            await end_connections({task: connections[task] for task in pending if task in connections})

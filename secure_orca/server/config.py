@@ -51,7 +51,7 @@ class ServeConfig:
     routes: list[ProxyRoute] = field(default_factory=list)
     proxy_timeout: float = 30.0
     request_timeout: float = 60.0  # --request-timeout: every request body's deadline (kube's default 60s)
-    max_requests: int = 1000
+    max_requests: int = 0  # 0: never rotate (kube-apiserver has no such limit)
     goaway_chance: float = 0.0
     metrics_address: str = ""
     reload_interval: float = 1.0
@@ -155,8 +155,8 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         raise UsageError(f"--secure-port: {args.secure_port} is not a port number (0-65535)")
     if not 0 <= args.endpoint_load_metrics_decimals <= 12:
         raise UsageError("--endpoint-load-metrics-decimals: must be between 0 and 12")
-    if args.max_requests_per_connection < 1:
-        raise UsageError("--max-requests-per-connection: must be at least 1")
+    if args.max_requests_per_connection < 0:
+        raise UsageError("--max-requests-per-connection: must be 0 (never rotate) or more")
     gates = _flag("--feature-gates", lambda: parse_feature_gates(args.feature_gates))
     interval = _flag("--endpoint-load-metrics-interval", lambda: parse_duration(args.endpoint_load_metrics_interval))
     if not 0.001 <= interval <= 60:

@@ -13,7 +13,11 @@ returns exactly the index hpack's scan returns: the bytes on the wire are hpack'
 Huffman coding is kept per value for the whole process (every connection sends the same value until the next
 sample; only report values are kept, so a per-response value such as ``audit-id`` never fills the cache).
 
-Relies on hpack 4.x's ``Encoder`` (``header_table``, ``huffman_coder``, ``add``, ``_encode_indexed``) and
+The table is bounded (``MAX_TABLE_SIZE``, whatever a client announces) and every size change is signalled, also
+when hpack 4.2 would drop one (``IndexedEncoder.header_table_size``).
+
+Relies on hpack 4.x's ``Encoder`` (``header_table``, ``huffman_coder``, ``add``, ``_encode_indexed``,
+``table_size_changes``, ``encode`` emitting the changes while ``header_table.resized``) and
 ``HeaderTable`` (``dynamic_entries``, ``_current_size``, ``_maxsize``, ``add``, ``_shrink``, ``maxsize``,
 ``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/test_h2_headers.py``.
 """
@@ -38,6 +42,7 @@ _DYNAMIC_BASE = HeaderTable.STATIC_TABLE_LENGTH + 1  # the HPACK index of the ne
 _INCREMENTAL = 0x40  # literal with incremental indexing (RFC 7541 section 6.2.1)
 _HUFFMAN = 0x80
 _INDEXED = [bytes((0x80 | index,)) for index in range(127)]  # indexed field representations of one byte
+MAX_TABLE_SIZE = 4096  # bytes of dynamic table per connection, whatever a client announces (RFC 7541 4.2)
 KEPT = 4  # report values whose Huffman coding, and report fields whose h2 check, are kept (one per sample)
 
 V = TypeVar("V")
@@ -133,6 +138,24 @@ class IndexedEncoder(Encoder):
         self._last_offset = 0  # header_table.added + _last_offset while the entry is in the table
         if not IndexedEncoder._coded_name:
             IndexedEncoder._coded_name = self._string(REPORT_FIELD_NAME)
+
+    @property
+    def header_table_size(self) -> int:
+        return self.header_table.maxsize
+
+    @header_table_size.setter
+    def header_table_size(self, value: int) -> None:
+        """The peer's SETTINGS_HEADER_TABLE_SIZE: the table uses at most ``MAX_TABLE_SIZE`` of it (RFC 7541 section
+        4.2 lets the encoder choose any size up to the announced maximum; issue 21 row 12), and every size it
+        changes to is signalled at the start of the next block. hpack 4.2's setter sets ``resized`` from the
+        last change alone, so an announcement that changed nothing dropped an update still pending (row 11)."""
+        size = min(int(value), MAX_TABLE_SIZE)
+        table = self.header_table
+        pending = table.resized
+        table.maxsize = size
+        if table.resized:
+            self.table_size_changes.append(size)
+        table.resized = table.resized or pending
 
     def _string(self, data: bytes) -> bytes:
         """A Huffman-coded string literal (RFC 7541 section 5.2)."""

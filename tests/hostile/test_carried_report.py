@@ -19,6 +19,10 @@ from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.server.adapter import encode_headers
 
+from .wire import nothing_left_in_flight  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
+
 REPORT = b"endpoint-load-metrics"
 FIELD = (REPORT, b"TEXT cpu_utilization=0.25, mem_utilization=0.5, rps_fractional=10")
 
@@ -44,7 +48,11 @@ def request(server: h2.connection.H2Connection, client: h2.connection.H2Connecti
 
 def responses(server: h2.connection.H2Connection, client: h2.connection.H2Connection) -> dict[int, list]:
     events = client.receive_data(server.data_to_send())
-    return {e.stream_id: list(e.headers) for e in events if isinstance(e, (h2.events.ResponseReceived, h2.events.TrailersReceived))}  # noqa: E501
+    return {
+        e.stream_id: list(e.headers)
+        for e in events
+        if isinstance(e, (h2.events.ResponseReceived, h2.events.TrailersReceived))
+    }
 
 
 def test_a_failed_send_carries_nothing_into_the_next_block() -> None:

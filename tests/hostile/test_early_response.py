@@ -15,7 +15,10 @@ from secure_orca.lab import replicas as launch
 
 from ..conftest import ClientCert, fp_flags
 from .h2client import H2Client
+from .h2client import Stream as H2Stream
+from .wire import nothing_left_in_flight  # noqa: F401  (a fixture)
 
+pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 
@@ -82,6 +85,30 @@ def test_frames_after_an_early_response_touch_only_their_stream(
         client.close()
 
 
+def test_an_unread_body_never_blocks_the_other_streams(replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
+    """Issue 21 row 9: a request answered without reading its body (the demo's /work, which takes a while),
+    whose DATA frames arrive before the answer: more than hypercorn's per-stream queue of 10 holds. hypercorn
+    awaited that queue inline in the connection's reader, so every other stream of the connection stopped for
+    good, and the request never left ``in_flight`` (its task waited to queue http.disconnect)."""
+    client = H2Client.connect(replica, dev_pki.cert("ca"))
+    try:
+        unread = client.conn.get_next_available_stream_id()
+        client.conn.send_headers(unread, [(":method", "POST"), (":path", "/work?cpu_ms=50"), (":scheme", "https"),
+                                          (":authority", "localhost")])  # fmt: skip
+        client.streams[unread] = H2Stream()
+        for _ in range(20):  # one write: every frame is read while the application works
+            client.conn.send_data(unread, b"x" * 100)
+        client.flush()
+        later = client.start("GET", "/version", end=True)
+        assert client.pump_until_ended(unread, later), "the connection ended"
+        assert (client.streams[unread].status, client.streams[later].status) == (200, 200)
+        client.data(unread, b"end")  # the client's side may still be open: refused or ignored, nothing else
+        again = client.start("GET", "/version", end=True)
+        assert client.pump_until_ended(again) and client.streams[again].status == 200
+    finally:
+        client.close()
+
+
 def test_late_bodies_are_acknowledged_so_the_connection_window_never_runs_dry(
     replica: launch.Replica, dev_pki: pki.DevPKI
 ) -> None:
@@ -103,9 +130,7 @@ def test_late_bodies_are_acknowledged_so_the_connection_window_never_runs_dry(
         client.close()
 
 
-def test_reset_in_the_middle_of_a_body_touches_only_its_stream(
-    replica: launch.Replica, dev_pki: pki.DevPKI
-) -> None:
+def test_reset_in_the_middle_of_a_body_touches_only_its_stream(replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
     client = H2Client.connect(replica, dev_pki.cert("ca"))
     try:
         waiting = open_waiting_stream(client)

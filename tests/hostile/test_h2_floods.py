@@ -21,7 +21,18 @@ from secure_orca import pki
 from secure_orca.lab import replicas as launch
 
 from ..conftest import fp_flags
-from .wire import connect, get_h2, h1_exchange, h2_client, tls_context
+from .wire import (
+    connect,
+    get_h2,
+    h1_exchange,
+    h2_client,
+    log_text,
+    nothing_left_in_flight,  # noqa: F401  (a fixture)
+    read_stream,
+    tls_context,
+)
+
+pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 
 MAX_RSS_GROWTH_MIB = 64  # the flood sends hundreds of MiB of header data; the server may keep a bounded part
 PSEUDO = [(":method", "GET"), (":path", "/version"), (":scheme", "https"), (":authority", "localhost")]
@@ -155,3 +166,19 @@ def test_the_server_is_still_whole(replica: launch.Replica, dev_pki: pki.DevPKI)
     assert replica.process.popen.poll() is None
     with socket.create_connection((replica.host, replica.port), timeout=5):
         pass
+
+
+def test_a_priority_flood_is_ignored_without_a_traceback(replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
+    """Issue 21 row 8: 1,001 PRIORITY frames for idle streams overflowed hypercorn's priority tree (1,000
+    streams): "Unhandled exception", a traceback per connection, the connection gone. RFC 9113 section 5.3.2
+    deprecates the priority signals and lets a server ignore them; the connection goes on serving."""
+    with connect(replica, tls_context(dev_pki, "h2")) as sock:
+        conn = h2_client()
+        for stream_id in range(1, 2003, 2):  # 1,001 idle streams
+            conn.prioritize(stream_id, weight=16, depends_on=0)
+        conn.send_headers(2003, PSEUDO, end_stream=True)
+        sock.sendall(conn.data_to_send())
+        reply = read_stream(sock, conn, 2003)
+    assert reply.status == 200, reply
+    log = log_text(replica)
+    assert "Traceback" not in log and "Unhandled exception" not in log, replica.process.output(30)

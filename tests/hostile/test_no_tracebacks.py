@@ -14,7 +14,20 @@ from secure_orca.lab import replicas as launch
 
 from ..conftest import fp_flags
 from .backends import Recorded, recording_backend
-from .wire import H2Reply, connect, get_h2, h1_exchange, h1_status, h2_client, h2_request, read_stream, tls_context
+from .wire import (
+    H2Reply,
+    connect,
+    get_h2,
+    h1_exchange,
+    h1_status,
+    h2_client,
+    h2_request,
+    nothing_left_in_flight,  # noqa: F401  (a fixture)
+    read_stream,
+    tls_context,
+)
+
+pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 
 Rig = tuple[launch.Replica, Recorded]
 

@@ -2,8 +2,8 @@
 
 A load balancer resumes sessions. Before the fix a front proxy chaining through an intermediate got reports
 on a fresh connection and none on a resumed one (TLS 1.2 and 1.3): a session ticket carries the leaf, not
-the intermediates. Tickets are now off where client certificates are requested; TLS 1.2 session-id
-resumption (the server's in-memory cache keeps the chain) still works and still grants.
+the intermediates. Where client certificates are requested no session is resumed at all (issue 21 item 10):
+no tickets, and no server-side session cache, so TLS 1.2 session-ID resumption is off too.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from secure_orca import pki
 from secure_orca.lab.replicas import Replica
 
 from ..conftest import ClientCert, load_issued, write_client
+from .wire import nothing_left_in_flight  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 
 VERSIONS = [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]
 
@@ -61,6 +64,15 @@ def test_a_second_connection_keeps_the_grant(secured_replica, dev_pki, via_inter
     for _ in range(3):  # as a load balancer reconnecting with the session it holds
         _, granted, session = opt_in(secured_replica, ctx, session)
         assert granted
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)
+def test_no_session_is_resumed(secured_replica, dev_pki, client_certs, version) -> None:
+    """The words of the adapter (``make_server_context``): every connection is a full handshake."""
+    ctx = context(dev_pki, client_certs["front-proxy"], version)
+    _, _, session = opt_in(secured_replica, ctx)
+    reused = [opt_in(secured_replica, ctx, session)[0] for _ in range(3)]
+    assert reused == [False, False, False]
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)

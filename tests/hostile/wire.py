@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import h2.config
 import h2.connection
 import h2.events
+import pytest
 
 from secure_orca import pki
 from secure_orca.lab.replicas import Replica
@@ -162,3 +166,43 @@ def write_private(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     path.chmod(0o600)
     return path
+
+
+IN_FLIGHT = re.compile(rb"named_metrics\.in_flight_requests=([0-9.]+)")
+
+
+def in_flight(replica: Replica, dev_pki: pki.DevPKI) -> float:
+    """The server's own ``in_flight_requests`` gauge, as its served report says (the shared secret grants it)."""
+    secret = dev_pki.secret.read_text().strip()
+    response = h1_get(replica, dev_pki, "/healthz", f"endpoint-load-metrics-request: TEXT; secret={secret}")
+    found = IN_FLIGHT.search(response.split(b"\r\n\r\n", 1)[0])
+    assert found, f"no report served: {response[:300]!r}"
+    return float(found.group(1))
+
+
+def assert_nothing_in_flight(replica: Replica, dev_pki: pki.DevPKI, reads: int = 40) -> None:
+    """Every request that ended has left the gauge: some report, sampled between requests, says 0. The report
+    is sampled every 100 ms, so it is read up to ``reads`` times, a sampling interval apart (a bound on the
+    waiting, not a measurement); a stuck request keeps every sample above 0."""
+    seen: list[float] = []
+    for _ in range(reads):
+        seen.append(in_flight(replica, dev_pki))
+        if seen[-1] == 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"in_flight_requests never returned to 0: {seen}")
+
+
+REPLICA_FIXTURES = ("replica", "rig", "secured_replica")  # what the hostile modules call their running server
+
+
+@pytest.fixture
+def nothing_left_in_flight(request: pytest.FixtureRequest, dev_pki: pki.DevPKI) -> Iterator[None]:
+    """After the test, the server it used has nothing in flight (issue 21: the report counts only what is really
+    in flight). Modules opt in with ``pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")``."""
+    yield
+    for name in REPLICA_FIXTURES:
+        if name in request.fixturenames:
+            found = request.getfixturevalue(name)
+            replica = found if isinstance(found, Replica) else next(r for r in found if isinstance(r, Replica))
+            assert_nothing_in_flight(replica, dev_pki)

@@ -1,0 +1,80 @@
+"""Issue 21 row 7: malformed HTTP/2 is a stream's problem. A non-ASCII ``:method`` ended every stream of its
+connection (500, connection dead); a non-ASCII or upper-case header name, an empty ``:path``, ``host`` naming
+another authority than ``:authority``, and pseudo-headers in trailers made h2 end the connection (GOAWAY).
+RFC 9113 section 8.1.1: a malformed request is a stream error of type PROTOCOL_ERROR; here the malformed
+stream is reset and a request in progress on the same connection completes, with no traceback."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import h2.errors
+import pytest
+
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
+
+from ..conftest import fp_flags
+from .wire import connect, h2_client, log_text, nothing_left_in_flight, read_streams, tls_context  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
+REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+BASE = [(":scheme", "https"), (":authority", "localhost")]
+MALFORMED = {
+    "non-ascii-method": [(":method", "GÉT"), (":path", "/version"), *BASE],
+    "method-not-a-token": [(":method", "GET /x"), (":path", "/version"), *BASE],
+    "non-ascii-name": [(":method", "GET"), (":path", "/version"), *BASE, ("x-é", "1")],
+    "upper-case-name": [(":method", "GET"), (":path", "/version"), *BASE, ("X-Up", "1")],
+    "empty-path": [(":method", "GET"), (":path", ""), *BASE],
+    "host-differs-from-authority": [(":method", "GET"), (":path", "/version"), *BASE, ("host", "example.com")],
+    "connection-header": [(":method", "GET"), (":path", "/version"), *BASE, ("connection", "close")],
+}
+
+
+@pytest.fixture(scope="module")
+def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
+    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (started,):
+        yield started
+    assert "Traceback" not in log_text(started), started.process.output(60)
+
+
+def beside_a_request_in_progress(replica: launch.Replica, dev_pki: pki.DevPKI, send_malformed) -> dict:
+    """Stream 1 is a POST whose body is half sent; ``send_malformed`` sends stream 3; then stream 1 finishes."""
+    with connect(replica, tls_context(dev_pki, "h2"), timeout=5) as sock:
+        conn = h2_client()
+        conn.send_headers(1, [(":method", "POST"), (":path", REVIEW), *BASE, ("content-type", "application/json")])
+        conn.send_data(1, b'{"kind":')
+        send_malformed(conn)
+        sock.sendall(conn.data_to_send())
+        time.sleep(0.1)  # the malformed stream is handled while stream 1 waits for its body
+        conn.send_data(1, b'"SelfSubjectReview"}', end_stream=True)
+        sock.sendall(conn.data_to_send())
+        return read_streams(sock, conn, [1, 3])
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_malformed_request_is_a_stream_error(replica, dev_pki, case) -> None:
+    replies = beside_a_request_in_progress(
+        replica, dev_pki, lambda c: c.send_headers(3, MALFORMED[case], end_stream=True)
+    )
+    assert (replies[3].status, replies[3].reset) == (None, h2.errors.ErrorCodes.PROTOCOL_ERROR), replies[3]
+    assert replies[1].status == 201 and not (replies[1].goaway or replies[1].closed), replies[1]
+
+
+def test_pseudo_headers_in_trailers_are_a_stream_error(replica, dev_pki) -> None:
+    def trailers(conn) -> None:
+        conn.send_headers(3, [(":method", "POST"), (":path", REVIEW), *BASE])
+        conn.send_data(3, b"{}")
+        conn.send_headers(3, [(":path", "/other")], end_stream=True)
+
+    replies = beside_a_request_in_progress(replica, dev_pki, trailers)
+    assert replies[3].reset == h2.errors.ErrorCodes.PROTOCOL_ERROR, replies[3]
+    assert replies[1].status == 201 and not (replies[1].goaway or replies[1].closed), replies[1]
+
+
+def test_host_equal_to_authority_is_served(replica, dev_pki) -> None:
+    """RFC 9113 section 8.3.1: ``host`` beside ``:authority`` is allowed when they name the same authority."""
+    headers = [(":method", "GET"), (":path", "/version"), *BASE, ("host", "localhost")]
+    replies = beside_a_request_in_progress(replica, dev_pki, lambda c: c.send_headers(3, headers, end_stream=True))
+    assert (replies[1].status, replies[3].status) == (201, 200)
