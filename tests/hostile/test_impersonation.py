@@ -69,14 +69,21 @@ def replica(dev_pki: pki.DevPKI, backend_url: str) -> Iterator[launch.Replica]:
 
 def call(replica: launch.Replica, dev_pki: pki.DevPKI, protocol: str, cert: ClientCert | None,
          headers: list[tuple[str, str]]) -> tuple[httpx.Response, httpx.Response] | None:  # fmt: skip
-    """POST a review and GET the echo backend with ``headers``; None when the handshake is refused."""
-    try:
-        with client(dev_pki.cert("ca"), protocol, cert) as http:
-            review = http.post(replica.url + REVIEW, headers=headers, content=b"{}")
-            echoed = http.get(replica.url + ECHO + "/x", headers=headers)
-    except (httpx.TransportError, ssl.SSLError):
-        return None
-    return review, echoed
+    """POST a review and GET the echo backend with ``headers``; None when the handshake is refused. A timeout is
+    no verdict (a busy machine, not a refusal): the call is tried again, at most three times in all."""
+    for attempt in range(3):
+        try:
+            with client(dev_pki.cert("ca"), protocol, cert) as http:
+                review = http.post(replica.url + REVIEW, headers=headers, content=b"{}")
+                echoed = http.get(replica.url + ECHO + "/x", headers=headers)
+        except httpx.TimeoutException:
+            if attempt == 2:
+                raise
+            continue
+        except (httpx.TransportError, ssl.SSLError):  # a refused client certificate: reset, EOF or an alert
+            return None
+        return review, echoed
+    raise AssertionError("unreachable")
 
 
 @pytest.mark.parametrize("forgery", FORGERIES)
