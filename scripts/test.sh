@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check secure_orca tests benchmarks
 .venv/bin/mypy secure_orca
-# Two workers or more (pytest-xdist; -n 0 to run in one process): replicas and Envoy bind port 0, files go to
-# tmp_path, the Go helpers are built once under a lock (tests/gohelpers.py). Modules stay on one worker
-# (loadscope), so a module-scoped replica starts once.
-.venv/bin/python -m pytest -q -n auto --dist loadscope "$@"
+# One pytest-xdist worker per CPU (-n 0 runs in one process): replicas and Envoy bind port 0, files go to
+# tmp_path, the Go helpers are built once under a file lock (tests/gohelpers.py); idle workers take tests
+# from busy ones (worksteal), as a few live runs take far longer than the rest.
+.venv/bin/python -m pytest -q -n auto --dist worksteal "$@"
