@@ -1,4 +1,7 @@
-"""`secure-orca evaluate --quick` end to end: real replicas, real Envoy (CI installs it), h2load, the probe."""
+"""`secure-orca evaluate`: the results, their rendering and the recommendation on a recorded quick run (pure:
+tests/data/evaluation-quick/, written by a real ``evaluate --quick`` with Envoy and callgrind), and one live
+``--quick --no-instructions`` run end to end (real replicas, real Envoy (CI installs it), h2load, the probe).
+Callgrind itself is held by tests/test_instruction_guard.py and benchmarks/instructions.py."""
 
 from __future__ import annotations
 
@@ -10,9 +13,14 @@ from typing import Any
 
 import pytest
 
-from secure_orca.lab import instrcount
 from secure_orca.lab import launcher as lb
-from secure_orca.lab.evaluate import OPTIONS, request_hpack
+from secure_orca.lab.evaluate import request_hpack
+from secure_orca.lab.markdown import render_markdown
+from secure_orca.lab.options import OPTIONS
+from secure_orca.lab.recommend import recommend
+from secure_orca.lab.results import Evaluation, Instructions, to_json
+
+RECORDED = Path(__file__).parent / "data" / "evaluation-quick"
 
 # What else each load balancer credential grants, read back from selfsubjectreviews by the probe.
 GRANTS = {
@@ -30,17 +38,8 @@ def leaves(value: Any, path: str = "") -> list[tuple[str, Any]]:
     return [(path, value)]
 
 
-@pytest.mark.timeout(600)  # five replicas under callgrind add about two minutes to the quick run
-def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "secure_orca", "evaluate", "--quick", "--output", str(tmp_path)],
-        capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
-    results = json.loads((tmp_path / "evaluation.json").read_text())
-    markdown = (tmp_path / "evaluation.md").read_text()
-    envoy = lb.envoy_available()
+def check_cells(results: dict[str, Any], markdown: str, envoy: bool) -> None:
+    """Every cell of evaluation.json filled and every verdict as measured so far."""
     assert results["envoy"] == envoy
     for option in OPTIONS:
         cell = results["options"][option]
@@ -54,10 +53,6 @@ def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
             assert cell["through_lb"]["verdict"] == "no-leak"
         for ratio in ("throughput_ratio", "p50_ratio", "p99_ratio"):
             assert cell["request_cost"][ratio]["median"] > 0
-        if instrcount.valgrind_available() is None:
-            counted = results["instructions"]["options"][option]
-            assert counted["per_request_on"] > counted["per_request_off"] > 0
-            assert counted["request_ratio"]["median"] > 1
         assert cell["hpack_response"]["marginal_bytes_per_response"] > 0
         assert cell["title"] in markdown
         assert cell["bypass"]["grants"] == GRANTS[option], option
@@ -68,15 +63,60 @@ def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
     assert results["recommendation"][-1].startswith(
         "Recommendation for the KEP: resolve the open question with 2b. load-reader client certificate as the default"
     )
-    if instrcount.valgrind_available() is None:
-        assert results["instructions"]["connection"]["ratio"]["median"] > 1  # the certificate costs instructions
-        assert any("instructions under callgrind" in line for line in results["recommendation"])
-    else:
-        assert "missing" in results["instructions"]
     secret_line = next(line for line in results["recommendation"] if "secret travels" in line)
     assert str(results["options"]["shared-secret"]["hpack_request_bytes"]) in secret_line
-    # no secret of the run leaked into the outputs
-    assert "secret=" not in markdown and "secret=" not in (tmp_path / "evaluation.json").read_text()
+
+
+# --- a recorded run (pure) ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recorded() -> tuple[dict[str, Any], str]:
+    return json.loads((RECORDED / "evaluation.json").read_text()), (RECORDED / "evaluation.md").read_text()
+
+
+def test_recorded_run_reads_back_and_renders_as_written(recorded: tuple[dict[str, Any], str]) -> None:
+    """Typed results hold everything evaluation.json holds: read back, written again, rendered again and the
+    recommendation derived again from the figures, each is the recorded file byte for byte."""
+    document, markdown = recorded
+    results = Evaluation.from_json(document)
+    assert to_json(results) == document
+    assert json.dumps(to_json(results), indent=2) + "\n" == (RECORDED / "evaluation.json").read_text()
+    assert recommend(results) == document["recommendation"]
+    assert render_markdown(results) == markdown
+
+
+def test_recorded_run_fills_every_cell_with_instruction_counts(recorded: tuple[dict[str, Any], str]) -> None:
+    document, markdown = recorded
+    check_cells(document, markdown, envoy=True)
+    results = Evaluation.from_json(document)
+    assert isinstance(results.instructions, Instructions)
+    for option in OPTIONS:
+        counted = results.instructions.options[option]
+        assert counted.per_request_on > counted.per_request_off > 0
+        assert counted.request_ratio.median > 1
+    assert results.instructions.connection.ratio.median > 1  # the certificate costs instructions
+    assert any("instructions under callgrind" in line for line in results.recommendation)
+
+
+def test_the_recommendation_follows_the_recorded_figures(recorded: tuple[dict[str, Any], str]) -> None:
+    """A changed figure changes the text: the secret's HPACK bytes, and the load reader's exposure."""
+    document = json.loads(json.dumps(recorded[0]))
+    document["options"]["shared-secret"]["hpack_request_bytes"] = 9.99
+    assert any("(9.99 HPACK bytes per request" in line for line in recommend(Evaluation.from_json(document)))
+    document["options"]["load-reader"]["bypass"] |= {"verdict": "leak", "leaks": 3}
+    advice = recommend(Evaluation.from_json(document))[-1]
+    assert "2b. load-reader client certificate as the default" not in advice
+    assert "never 1. header only, 2b. load-reader client certificate" in advice
+
+
+def test_without_instruction_counts_the_text_says_so(recorded: tuple[dict[str, Any], str]) -> None:
+    document = {**recorded[0], "instructions": {"missing": "valgrind not found (Debian package valgrind)"}}
+    results = Evaluation.from_json(document)
+    text = recommend(results)
+    assert "Instruction counts were not taken (valgrind not found (Debian package valgrind))" in text[0]
+    assert not any("A new TLS connection" in line for line in text)
+    assert "| not measured | not measured |" in render_markdown(results)
 
 
 def test_request_hpack_counts_the_opt_in_once_indexed() -> None:
@@ -84,3 +124,21 @@ def test_request_hpack_counts_the_opt_in_once_indexed() -> None:
     bare = request_hpack("TEXT")
     with_secret = request_hpack("TEXT; secret=" + "x" * 43)
     assert 1.0 <= bare < with_secret < 2.0  # first send amortized over 100 requests, then one indexed byte
+
+
+# --- one live run ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "secure_orca", "evaluate", "--quick", "--no-instructions", "--output", str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    results = json.loads((tmp_path / "evaluation.json").read_text())
+    markdown = (tmp_path / "evaluation.md").read_text()
+    check_cells(results, markdown, envoy=lb.envoy_available())
+    assert results["instructions"] == {"missing": "--no-instructions was given"}
+    assert "Instruction counts were not taken (--no-instructions was given)" in markdown
+    # no secret of the run leaked into the outputs
+    assert "secret=" not in markdown and "secret=" not in (tmp_path / "evaluation.json").read_text()

@@ -167,16 +167,19 @@ def test_model_and_wire_agree(dev_pki, capsys) -> None:
     than 100 ms), and both are held to the encoding: new values cost literals at the model's rate, and the
     bytes per response per report octet agree. Where every response meets a new sample (2/s) a quiet server's
     values also repeat (at 2 decimals often); that made the wire 0.51-0.64 of the model's per-octet cost, so
-    that rate is not held to the model here."""
+    that rate is not held to the model here. A new value can also be one the connection's table still holds
+    (seen: 9.13 literals/s for 9.56 new values/s): it is then indexed, not a literal. How often values recur is
+    the server's load, not HPACK (under xdist the wire once cost 0.51 of a report octet per response where the
+    model cost 0.61), so the bytes are compared per literal sent and the model's literals to the wire's values."""
     rates = ["--rate", "10", "--rate", "100", "--decimals", "3"]
     argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--endpoint-load-metrics-decimals", "3"])
     with launch.replicas([argv]) as (replica,):
         results = run_json(capsys, replica.url, *lb_args(dev_pki), *rates, "--duration", "3")
     for r in results:
         model = r["model"]
-        ratio = model["marginal"] / model["uncompressed"]
-        assert r["marginal_ratio"] == pytest.approx(ratio, rel=0.15), r["rate"]
-        assert r["literals_per_s"] == pytest.approx(model["literals_per_s"], rel=0.15), r["rate"]
+        per_literal = model["marginal"] / model["uncompressed"] / model["literals_per_s"]
+        assert r["marginal_ratio"] / r["literals_per_s"] == pytest.approx(per_literal, rel=0.15), r["rate"]
+        assert model["literals_per_s"] == pytest.approx(r["values_per_s"], rel=0.15), r["rate"]
         assert r["literals_per_s"] <= r["values_per_s"], r["rate"]  # the value just sent is never a literal again
         assert model["interval"] == pytest.approx(model_interval(0.1, r["values_per_s"])), r["rate"]
 

@@ -1,4 +1,8 @@
-"""The side-by-side evaluation of the KEP-6315 options (the main job); `secure-orca evaluate` runs it."""
+"""The side-by-side evaluation of the KEP-6315 options (the main job); `secure-orca evaluate` runs it.
+
+This module runs it: replicas, probes, wall-clock and HPACK measurements. The results are typed in
+``lab.results``, counted in instructions by ``lab.instrcost``, rendered by ``lab.markdown``, and the
+recommendation is written by ``lab.recommend``."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from secure_orca.errors import SecureOrcaError
 from secure_orca.pki import DevPKI
 
 _READY = re.compile(r"Running on https://(\S+):(\d+) ")
+KILL_WAIT = 10.0  # seconds to wait for a process to go after SIGKILL
 
 
 class LaunchError(SecureOrcaError, RuntimeError):
@@ -38,14 +39,32 @@ class Process:
 
     def stop(self, timeout: float = 10.0) -> int:
         """SIGTERM, wait, then SIGKILL; returns the exit status."""
+        self.terminate()
+        return self.reap(timeout)
+
+    def terminate(self) -> None:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout)
+
+    def reap(self, timeout: float) -> int:
+        """Wait up to ``timeout`` for the exit that SIGTERM asked for, then SIGKILL."""
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(KILL_WAIT)
         return self.popen.returncode
+
+
+def stop_all(processes: Sequence[Process], timeout: float = 10.0) -> None:
+    """Stop several processes at once: SIGTERM to all, then each gets what is left of one shared ``timeout``
+    before SIGKILL. Stopped one after another, each replica that is still draining a connection would add its
+    own wait."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        process.reap(max(0.0, deadline - time.monotonic()))
 
 
 def start_process(name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Process:
@@ -134,12 +153,13 @@ def serve_argv(
 
 @contextmanager
 def replicas(argvs: Sequence[Sequence[str]], timeout: float = 30.0) -> Iterator[list[Replica]]:
-    """Start one replica per argv (in parallel) and stop them all on exit."""
+    """Start one replica per argv (in parallel) and stop them all on exit (in parallel too)."""
     with ExitStack() as stack:
         started: list[Replica] = []
-        processes = [start_process(f"replica-{i}", argv) for i, argv in enumerate(argvs)]
-        for process in processes:
-            stack.callback(process.stop)
+        processes: list[Process] = []
+        stack.callback(stop_all, processes)
+        for i, argv in enumerate(argvs):
+            processes.append(start_process(f"replica-{i}", argv))
         for process in processes:
             match = wait_for(process, _READY, timeout)
             started.append(Replica(process, match.group(1).strip("[]"), int(match.group(2))))
