@@ -43,7 +43,10 @@ OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-
 OOB_OPTIONS = ("front-proxy", "load-reader")  # the out-of-band stream is entitled by the certificate alone
 POLICIES = ("cswrr", "round-robin")
 SECRET_DELIVERIES = ("sds", "inline")
-ORCA_RESPONSE_HEADERS = (HEADER, HEADER_BIN)
+# Report headers removed from every response and trailer before a client sees them: ours, and the legacy
+# ``endpoint-load-metrics-json`` that older Envoys parse (1.40 passes it through unread: docs/out-of-band.md).
+LEGACY_JSON_HEADER = "endpoint-load-metrics-json"
+ORCA_RESPONSE_HEADERS = (HEADER, HEADER_BIN, LEGACY_JSON_HEADER)
 CLUSTER = "apiserver"
 SECRET_NAME = "endpoint-load-metrics-secret"
 # Streams the upstream provably did not process: REFUSED_STREAM (also what Envoy reports for streams above a
