@@ -83,12 +83,14 @@ def test_parse_upstream_refuses(spec: str) -> None:
 def test_every_option_strips_orca_and_replaces_the_client_optin(dev_pki: pki.DevPKI, option: str) -> None:
     boot = envoy.build_bootstrap(config(dev_pki, option=option))
     route = the_route(boot)
-    assert route["response_headers_to_remove"] == ["endpoint-load-metrics", "endpoint-load-metrics-bin"]
+    # the legacy JSON header too: older Envoys read it, and a backend's value must not reach clients either way
+    expected = ["endpoint-load-metrics", "endpoint-load-metrics-bin", "endpoint-load-metrics-json"]
+    assert route["response_headers_to_remove"] == expected
     names = filter_names(boot)
     assert names[0] == "envoy.filters.http.header_mutation" and names[-1] == "envoy.filters.http.router"
     mutations = hcm(boot)["http_filters"][0]["typed_config"]["mutations"]
     assert mutations["request_mutations"] == [{"remove": OPTIN}]
-    assert {m["remove"] for m in mutations["response_trailers_mutations"]} == set(envoy.ORCA_RESPONSE_HEADERS)
+    assert [m["remove"] for m in mutations["response_trailers_mutations"]] == expected
     retry = route["route"]["retry_policy"]
     assert {"refused-stream", "reset-before-request"} <= set(retry["retry_on"].split(","))
     assert not {"5xx", "reset", "gateway-error"} & set(retry["retry_on"].split(","))

@@ -15,8 +15,9 @@ With ``oob_period`` set (the certificate options only, CSWRR only), no request c
 certificate (Envoy PR 44403, ``enable_oob_load_report``), and weighs the hosts by the streamed reports alone.
 
 Whatever a client sends as opt-in is removed first, and the LB's own value is set with
-OVERWRITE_IF_EXISTS_OR_ADD semantics, so a client can neither inject nor guess its way in. Both ORCA response
-headers (and trailers) are removed before a response reaches a client. The secret never appears in the
+OVERWRITE_IF_EXISTS_OR_ADD semantics, so a client can neither inject nor guess its way in. The ORCA response
+headers (and trailers: ``endpoint-load-metrics``, ``-bin`` and the legacy ``-json``) are removed before a response
+reaches a client. The secret never appears in the
 bootstrap by default: Envoy's credential injector reads it through a file-based SDS resource that names the
 secret file (``secret_delivery="sds"``); ``"inline"`` puts it (``LBConfig.inline_secret``) into
 ``request_headers_to_add`` instead, and then the bootstrap must be written mode 0600 (``files.write`` does).
@@ -43,7 +44,10 @@ OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-
 OOB_OPTIONS = ("front-proxy", "load-reader")  # the out-of-band stream is entitled by the certificate alone
 POLICIES = ("cswrr", "round-robin")
 SECRET_DELIVERIES = ("sds", "inline")
-ORCA_RESPONSE_HEADERS = (HEADER, HEADER_BIN)
+# Report headers removed from every response and trailer before a client sees them: ours, and the legacy
+# ``endpoint-load-metrics-json`` that older Envoys parse (1.40 passes it through unread: docs/out-of-band.md).
+LEGACY_JSON_HEADER = "endpoint-load-metrics-json"
+ORCA_RESPONSE_HEADERS = (HEADER, HEADER_BIN, LEGACY_JSON_HEADER)
 CLUSTER = "apiserver"
 SECRET_NAME = "endpoint-load-metrics-secret"
 # Streams the upstream provably did not process: REFUSED_STREAM (also what Envoy reports for streams above a
