@@ -27,7 +27,7 @@ from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
 from secure_orca.authn.user import UserInfo
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
-from secure_orca.server.middleware import chain_key
+from secure_orca.server.middleware import chain_key, fill_off_loop
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, ChainVerifier
 
@@ -118,6 +118,9 @@ class AuthenticationMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        chain = tuple(((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or ())
+        if chain:  # every trust's verification off the event loop; request() then only looks up
+            await fill_off_loop((self.load_readers(), self.front_proxy(), self.clients), scope["extensions"], chain)
         outcome = self.authenticate(self.request(scope))
         if outcome.user is None:
             reason = outcome.error or "no authenticator accepted the request"

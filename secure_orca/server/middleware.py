@@ -15,7 +15,7 @@ import hmac
 import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from secure_orca.authz.memo import Checks, ConnectionMemo, at, microseconds
@@ -71,14 +71,19 @@ async def _fill(cache: ChainCache, key: bytes, chain: tuple[str, ...], now: dt.d
         _IN_FLIGHT.pop(slot, None)
 
 
-async def verify_off_loop(authority: Authority, extensions: Scope, chain: tuple[str, ...]) -> None:
-    """Fill the authority's chain caches for this connection's chain in a worker thread, so the requests'
-    lookups find it and the event loop keeps serving other connections meanwhile."""
+async def fill_off_loop(caches: Iterable[ChainCache | None], extensions: Scope, chain: tuple[str, ...]) -> None:
+    """Fill each cache (None: that trust is not configured) for this connection's chain in a worker thread, so
+    the lookups that follow find it and the event loop keeps serving other connections meanwhile."""
     key = chain_key(extensions, chain)
     now = at(now_us())  # the clock decide() reads
-    for cache in (authority.chains, authority.readers):
+    for cache in caches:
         if cache is not None and not cache.fresh(key, now):
             await _fill(cache, key, chain, now)
+
+
+async def verify_off_loop(authority: Authority, extensions: Scope, chain: tuple[str, ...]) -> None:
+    """The authority's front-proxy and load-reader caches, filled off the loop (``fill_off_loop``)."""
+    await fill_off_loop((authority.chains, authority.readers), extensions, chain)
 
 
 def now_us() -> int:
