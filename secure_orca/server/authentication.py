@@ -27,7 +27,7 @@ from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
 from secure_orca.authn.user import UserInfo
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
-from secure_orca.server.middleware import chain_key, fill_off_loop
+from secure_orca.server.middleware import chain_key, fill_off_loop, peer
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, ChainVerifier
 
@@ -107,7 +107,7 @@ class AuthenticationMiddleware:
         key = chain_key(extensions, chain)  # hashed once per connection, shared with the load-report layer
 
         def check(cache: ChainCache | None) -> ChainResult:
-            return cache.lookup(chain, now, key) if cache is not None else NO_CERTIFICATE
+            return cache.lookup(chain, now, key, peer(scope)) if cache is not None else NO_CERTIFICATE
 
         if check(self.load_readers()).holds_at(now):
             # a load reader's certificate: it may read load reports and asserts nothing (option 2b)
@@ -120,7 +120,8 @@ class AuthenticationMiddleware:
             return
         chain = tuple(((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or ())
         if chain:  # every trust's verification off the event loop; request() then only looks up
-            await fill_off_loop((self.load_readers(), self.front_proxy(), self.clients), scope["extensions"], chain)
+            caches = (self.load_readers(), self.front_proxy(), self.clients)
+            await fill_off_loop(caches, scope["extensions"], chain, peer(scope))
         outcome = self.authenticate(self.request(scope))
         if outcome.user is None:
             reason = outcome.error or "no authenticator accepted the request"

@@ -91,9 +91,17 @@ class ChainVerifier:
         """``chain`` is what the client presented, leaf first."""
         return self.verify_der([cert.public_bytes(Encoding.DER) for cert in chain], now)
 
-    def verify_der(self, chain: Sequence[bytes], now: dt.datetime) -> ChainResult:
+    def verify_der(
+        self,
+        chain: Sequence[bytes],
+        now: dt.datetime,
+        budget: int = MAX_VERIFICATION_COST,
+        spent: list[int] | None = None,
+    ) -> ChainResult:
         """``chain`` is the DER the client presented, leaf first. Every certificate must parse as Go's TLS stack
-        parses it, or the handshake (and so the request) would not have reached kube-apiserver."""
+        parses it, or the handshake (and so the request) would not have reached kube-apiserver. ``budget`` bounds
+        the signature work (``verify.signature_cost`` units); ``spent``, when given, receives [the work done,
+        1 if the budget stopped a check else 0]."""
         self.verifications += 1
         if not chain:
             return NO_CERTIFICATE
@@ -105,9 +113,11 @@ class ChainVerifier:
             return UNTRUSTED
         # The intermediates in one canonical order: the verdict is the same whatever order the client chose.
         intermediates = sorted(presented[1:], key=lambda cert: cert.raw)
-        outcome = verify_chain(presented[0], intermediates, self._roots, now, MAX_VERIFICATION_COST)
+        outcome = verify_chain(presented[0], intermediates, self._roots, now, min(budget, MAX_VERIFICATION_COST))
         self.signature_operations += outcome.operations
         self.signature_cost += outcome.cost
+        if spent is not None:
+            spent[:] = [outcome.cost, int(outcome.exhausted)]
         if not outcome.chains:
             return ChainResult(False, _FAILURES[outcome.failure])
         if self.allowed_names and presented[0].common_name not in self.allowed_names:
