@@ -27,7 +27,7 @@ from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
 from secure_orca.authn.user import UserInfo
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
-from secure_orca.server.middleware import chain_key, fill_off_loop, peer
+from secure_orca.server.middleware import chain_key, fill_off_loop, peer, stale
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, ChainVerifier
 
@@ -119,8 +119,8 @@ class AuthenticationMiddleware:
             await self.app(scope, receive, send)
             return
         chain = tuple(((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or ())
-        if chain:  # every trust's verification off the event loop; request() then only looks up
-            caches = (self.load_readers(), self.front_proxy(), self.clients)
+        caches = (self.load_readers(), self.front_proxy(), self.clients)
+        if chain and stale(caches, scope["extensions"], chain):  # verified off the loop; request() only looks up
             await fill_off_loop(caches, scope["extensions"], chain, peer(scope))
         outcome = self.authenticate(self.request(scope))
         if outcome.user is None:

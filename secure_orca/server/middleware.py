@@ -77,6 +77,14 @@ async def _fill(cache: ChainCache, key: bytes, chain: tuple[str, ...], now: dt.d
         _IN_FLIGHT.pop(slot, None)
 
 
+def stale(caches: Iterable[ChainCache | None], extensions: Scope, chain: tuple[str, ...]) -> bool:
+    """Whether a lookup of this connection's chain now would verify in any of ``caches``: the common case, a
+    chain already verified, costs a dictionary lookup per trust and no task."""
+    key = chain_key(extensions, chain)
+    now = at(now_us())
+    return any(cache is not None and not cache.fresh(key, now) for cache in caches)
+
+
 async def fill_off_loop(
     caches: Iterable[ChainCache | None], extensions: Scope, chain: tuple[str, ...], address: str | None = None
 ) -> None:
@@ -232,7 +240,7 @@ class LoadReportMiddleware:
         arrive meanwhile wait for the same task)."""
         authority = self.authority
         chain = tuple((extensions.get("tls") or {}).get("client_cert_chain") or ())
-        if chain and (authority.chains is not None or authority.readers is not None):
+        if chain and stale((authority.chains, authority.readers), extensions, chain):
             pending = memo.verifying
             if pending is None or pending[0] is not authority:
                 pending = (authority, asyncio.ensure_future(verify_off_loop(authority, extensions, chain, address)))

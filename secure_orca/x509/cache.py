@@ -8,8 +8,7 @@ import hashlib
 from dataclasses import dataclass
 
 from secure_orca.x509.budget import AddressBudget
-from secure_orca.x509.chainverifier import UNTRUSTED, ChainResult, ChainVerifier
-from secure_orca.x509.parse import parse_certificate
+from secure_orca.x509.chainverifier import UNTRUSTED, ChainResult, ChainVerifier, parsed
 from secure_orca.x509.verify import MAX_VERIFICATION_COST
 
 CACHE_SIZE = 4096
@@ -129,7 +128,7 @@ def _next_not_before(ders: list[bytes], now: dt.datetime) -> dt.datetime:
     upcoming = []
     for der in ders:
         try:
-            not_before = parse_certificate(der).not_before
+            not_before = parsed(der).not_before  # parsed by the verification just before
         except ValueError:
             continue
         if not_before > now:

@@ -13,6 +13,7 @@ refusals are :class:`Failure` codes, which ``authz`` maps to its reasons.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -21,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from secure_orca.x509.parse import parse_certificate
+from secure_orca.x509.parse import GoCertificate, parse_certificate
 from secure_orca.x509.verify import MAX_VERIFICATION_COST, Pool
 from secure_orca.x509.verify import verify as verify_chain
 
@@ -40,6 +41,15 @@ _FAILURES = {"expired": Failure.EXPIRED, "eku": Failure.EKU, "untrusted": Failur
 # Go's crypto/tls ends the handshake when a presented certificate's RSA key is over 8192 bits
 # (handshake_server.go processCertsFromClient, defaultMaxRSAKeySize in handshake_client.go, Go 1.26.0).
 MAX_PRESENTED_RSA_BITS = 8192
+
+
+PARSED = 64  # certificates kept parsed: a chain's, read again by ChainCache for its recheck time, and a few more
+
+
+@functools.lru_cache(maxsize=PARSED)
+def parsed(der: bytes) -> GoCertificate:
+    """``parse_certificate``, remembered for the last few certificates (pure; a parsed certificate is only read)."""
+    return parse_certificate(der)
 
 
 Window = tuple[dt.datetime, dt.datetime]  # from notBefore to notAfter, both included
@@ -106,7 +116,7 @@ class ChainVerifier:
         if not chain:
             return NO_CERTIFICATE
         try:
-            presented = [parse_certificate(der) for der in chain]
+            presented = [parsed(der) for der in chain]
         except ValueError:
             return UNTRUSTED
         if any(c.rsa is not None and c.rsa[0].bit_length() > MAX_PRESENTED_RSA_BITS for c in presented):
