@@ -258,18 +258,19 @@ def p99(samples: Sequence[float]) -> float:
     return statistics.quantiles(samples, n=100)[98]
 
 
-def crafted_clients(dev: pki.DevPKI, workdir: Path, connections: int) -> list[tuple[Path, Path]]:
-    """(chain file, key file) of ``connections`` client-CA leaves, each followed by 7 crafted RSA-8192 CAs."""
+def crafted_clients(dev: pki.DevPKI, workdir: Path, connections: int, decoys: int = 7) -> list[tuple[Path, Path]]:
+    """(chain file, key file) of ``connections`` client-CA leaves, each followed by ``decoys`` crafted RSA-8192
+    CAs (0: plain new client-CA connections, the attack's cost without its chains)."""
     ca = pki.Issued(
         x509.load_pem_x509_certificate(dev.cert("client_ca").read_bytes()),
         serialization.load_pem_private_key(dev.key("client_ca").read_bytes(), None),  # type: ignore[arg-type]
     )
-    decoys = b"".join(ssl.DER_cert_to_PEM_cert(decoy(ca, 8192, GO_MAX_EXPONENT, i)).encode() for i in range(7))
+    extra = b"".join(ssl.DER_cert_to_PEM_cert(decoy(ca, 8192, GO_MAX_EXPONENT, i)).encode() for i in range(decoys))
     files = []
     for i in range(connections):
         user = pki.issue(ca, f"attacker-{i}")
         chain, key = workdir / f"attacker-{i}.pem", workdir / f"attacker-{i}.key"
-        chain.write_bytes(user.cert_pem() + decoys)
+        chain.write_bytes(user.cert_pem() + extra)
         key.write_bytes(user.key_pem())
         files.append((chain, key))
     return files
@@ -289,13 +290,13 @@ def attacker_running(process: subprocess.Popen[bytes]) -> Callable[[], bool]:
     return lambda: process.poll() is None
 
 
-def latency_ratios(workdir: Path, samples: int, rounds: int) -> list[tuple[float, float]]:
+def latency_ratios(workdir: Path, samples: int, rounds: int, decoys: int = 7) -> list[tuple[float, float]]:
     """Per round: another client's p99 without, then with, 15 new crafted chains from one client (the attacker
     in its own process, new chains each round: a chain already verified costs nothing)."""
     from secure_orca.lab import replicas as launch
 
     dev = pki.generate(workdir / "pki")
-    files = crafted_clients(dev, workdir, 15 * rounds)
+    files = crafted_clients(dev, workdir, 15 * rounds, decoys)
     argv = launch.serve_argv(dev, ["--client-ca-file", str(dev.cert("client_ca"))])
     found = []
     with launch.replicas([argv]) as (replica,):
@@ -317,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--samples", type=int, default=400, help="requests per latency run")
     parser.add_argument("--rounds", type=int, default=5, help="latency rounds (attacks)")
+    parser.add_argument("--decoys", type=int, default=7, help="crafted certificates per attacking chain")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-instructions", action="store_true", help="skip our per-connection share (valgrind)")
     parser.add_argument("--connection-work", nargs=2, metavar=("MODE", "COUNT"), help=argparse.SUPPRESS)
@@ -343,8 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for mode in CONNECTION_MODES:
                 print(f"| {mode} | {per[mode]:,.0f} | {per[mode] - per['no-cert']:+,.0f} |")
         if not args.skip_latency:
-            rounds = latency_ratios(workdir, args.samples, args.rounds)
-            print("\n| round | another client's p99 alone (ms) | beside 15 crafted chains (ms) | ratio |")
+            rounds = latency_ratios(workdir, args.samples, args.rounds, args.decoys)
+            print(f"\n| round | p99 alone (ms) | beside 15 connections, {args.decoys} crafted each (ms) | ratio |")
             print("|---|---:|---:|---:|")
             for index, (quiet, loaded) in enumerate(rounds, 1):
                 print(f"| {index} | {quiet * 1000:.1f} | {loaded * 1000:.1f} | {loaded / quiet:.2f} |")
