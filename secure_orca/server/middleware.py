@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from secure_orca.authz.memo import Checks, ConnectionMemo, at, microseconds
+from secure_orca.authz.memo import FOREVER, Checks, ConnectionMemo, at, microseconds
 from secure_orca.authz.policy import DECISIONS, Decision, Mode, Policy
 from secure_orca.authz.reasons import Reason
 from secure_orca.authz.secrets import SecretSet
@@ -242,7 +242,7 @@ class LoadReportMiddleware:
         chain = tuple((extensions.get("tls") or {}).get("client_cert_chain") or ())
         if chain and stale((authority.chains, authority.readers), extensions, chain):
             pending = memo.verifying
-            if pending is None or pending[0] is not authority:
+            if pending is None or pending[0] is not authority or pending[1].done():
                 pending = (authority, asyncio.ensure_future(verify_off_loop(authority, extensions, chain, address)))
                 memo.verifying = pending
             await pending[1]
@@ -263,7 +263,9 @@ class LoadReportMiddleware:
             await self.app(scope, receive, send)
             return
         memo = (scope.get("extensions") or {}).get(CONNECTION_KEY)
-        if memo is not None and memo.verified is not self.authority:
+        if memo is not None and (
+            memo.verified is not self.authority or (memo.recheck != FOREVER and memo.recheck <= now_us())
+        ):  # once per connection and authority, and again when its checks may change with time
             await self._verify_chain(scope["extensions"], memo, peer(scope))
         headers = scope["headers"]
         found = [(name.lower(), value) for name, value in headers if name.lower() in _OPTIN_SPELLINGS]
