@@ -21,10 +21,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from secure_orca import pki
 from secure_orca.envoy import bootstrap as envoy
-from secure_orca.envoy import launcher as lb
+from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 
 POLL = 0.05
@@ -45,7 +46,7 @@ def staleness(dev: pki.DevPKI, rps: float, period: float | None) -> float | None
     (None: not within LIMIT)."""
     extra = ("--endpoint-load-metrics-oob-min-interval", "100ms")
     argvs = [launch.serve_argv(dev, lb.replica_flags(dev, "load-reader", *extra)) for _ in range(2)]
-    settings = {"option": "load-reader", "timing": envoy.TEST_TIMING, "oob_period": period}
+    settings: dict[str, Any] = {"option": "load-reader", "timing": envoy.TEST_TIMING, "oob_period": period}
     with lb.deployment(dev, argvs, **settings) as d:
         hot = d.replicas[0]
         traffic = h2load(f"{d.envoy.url}/work?cpu_ms={LB_CPU_MS}", rps, 16 + LIMIT + 2)

@@ -28,7 +28,7 @@ from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
 from secure_orca.authn.user import UserInfo
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
-from secure_orca.server.middleware import chain_key
+from secure_orca.server.middleware import chain_key, fill_off_loop, peer, stale
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, ChainVerifier
 
@@ -110,7 +110,7 @@ class AuthenticationMiddleware:
         key = chain_key(extensions, chain)  # hashed once per connection, shared with the load-report layer
 
         def check(cache: ChainCache | None) -> ChainResult:
-            return cache.lookup(chain, now, key) if cache is not None else NO_CERTIFICATE
+            return cache.lookup(chain, now, key, peer(scope)) if cache is not None else NO_CERTIFICATE
 
         if check(self.load_readers()).holds_at(now):
             # a load reader's certificate: it may read load reports and asserts nothing (option 2b)
@@ -121,6 +121,10 @@ class AuthenticationMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        chain = tuple(((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or ())
+        caches = (self.load_readers(), self.front_proxy(), self.clients)
+        if chain and stale(caches, scope["extensions"], chain):  # verified off the loop; request() only looks up
+            await fill_off_loop(caches, scope["extensions"], chain, peer(scope))
         started = time.perf_counter() if self.observe is not None else 0.0
         request = self.request(scope)
         outcome = self.authenticate(request)

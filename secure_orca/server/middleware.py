@@ -15,10 +15,10 @@ import hmac
 import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from secure_orca.authz.memo import Checks, ConnectionMemo, at, microseconds
+from secure_orca.authz.memo import FOREVER, Checks, ConnectionMemo, at, microseconds
 from secure_orca.authz.policy import DECISIONS, Decision, Mode, Policy
 from secure_orca.authz.reasons import Reason
 from secure_orca.authz.secrets import SecretSet
@@ -52,19 +52,25 @@ _VERIFYING = threading.Lock()  # one chain verification at a time, in a worker t
 _IN_FLIGHT: dict[tuple[int, bytes], asyncio.Future[Cached]] = {}  # (cache, chain key) being verified
 
 
-def _compute(cache: ChainCache, chain: tuple[str, ...], now: dt.datetime) -> Cached:
+def peer(scope: Scope) -> str | None:
+    """The client's address (``scope["client"]``'s host): the key of its signature budget (``x509.budget``)."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
+
+
+def _compute(cache: ChainCache, chain: tuple[str, ...], now: dt.datetime, address: str | None) -> Cached:
     with _VERIFYING:
-        return cache.compute(chain, now)
+        return cache.compute(chain, now, address)
 
 
-async def _fill(cache: ChainCache, key: bytes, chain: tuple[str, ...], now: dt.datetime) -> None:
+async def _fill(cache: ChainCache, key: bytes, chain: tuple[str, ...], now: dt.datetime, address: str | None) -> None:
     """Verify in a worker thread and store; connections presenting the same chain meanwhile wait for it."""
     slot = (id(cache), key)
     pending = _IN_FLIGHT.get(slot)
     if pending is not None:
         await pending
         return
-    pending = asyncio.ensure_future(asyncio.to_thread(_compute, cache, chain, now))
+    pending = asyncio.ensure_future(asyncio.to_thread(_compute, cache, chain, now, address))
     _IN_FLIGHT[slot] = pending
     try:
         cache.store(key, await pending)
@@ -72,14 +78,32 @@ async def _fill(cache: ChainCache, key: bytes, chain: tuple[str, ...], now: dt.d
         _IN_FLIGHT.pop(slot, None)
 
 
-async def verify_off_loop(authority: Authority, extensions: Scope, chain: tuple[str, ...]) -> None:
-    """Fill the authority's chain caches for this connection's chain in a worker thread, so the requests'
-    lookups find it and the event loop keeps serving other connections meanwhile."""
+def stale(caches: Iterable[ChainCache | None], extensions: Scope, chain: tuple[str, ...]) -> bool:
+    """Whether a lookup of this connection's chain now would verify in any of ``caches``: the common case, a
+    chain already verified, costs a dictionary lookup per trust and no task."""
+    key = chain_key(extensions, chain)
+    now = at(now_us())
+    return any(cache is not None and not cache.fresh(key, now) for cache in caches)
+
+
+async def fill_off_loop(
+    caches: Iterable[ChainCache | None], extensions: Scope, chain: tuple[str, ...], address: str | None = None
+) -> None:
+    """Fill each cache (None: that trust is not configured) for this connection's chain in a worker thread, so
+    the lookups that follow find it and the event loop keeps serving other connections meanwhile. ``address``
+    is the client's: its signature work is bounded over time (``x509.budget``)."""
     key = chain_key(extensions, chain)
     now = at(now_us())  # the clock decide() reads
-    for cache in (authority.chains, authority.readers):
+    for cache in caches:
         if cache is not None and not cache.fresh(key, now):
-            await _fill(cache, key, chain, now)
+            await _fill(cache, key, chain, now, address)
+
+
+async def verify_off_loop(
+    authority: Authority, extensions: Scope, chain: tuple[str, ...], address: str | None = None
+) -> None:
+    """The authority's front-proxy and load-reader caches, filled off the loop (``fill_off_loop``)."""
+    await fill_off_loop((authority.chains, authority.readers), extensions, chain, address)
 
 
 def now_us() -> int:
@@ -170,7 +194,7 @@ class LoadReportMiddleware:
         memo: ConnectionMemo | None = extensions.get(CONNECTION_KEY)
         if memo is None:
             now = now_us()
-            checks = self.identify(extensions, authority, now)
+            checks = self.identify(extensions, authority, now, peer(scope))
             return authority.policy.decide(optin_values, checks.identity, at(now), checks.reader)
         now = time.time_ns() // 1000 if memo.timed else 0  # now_us(), inline: this is every request's path
         if (
@@ -181,7 +205,7 @@ class LoadReportMiddleware:
         ):
             return memo.decision
         if memo.authority is not authority or now >= memo.recheck:
-            memo.remember(authority, self.identify(extensions, authority, now or now_us()))
+            memo.remember(authority, self.identify(extensions, authority, now or now_us(), peer(scope)))
             now = now_us() if memo.timed else 0  # only a check that holds (or may start to) reads the clock
         decision = authority.policy.decide(optin_values, memo.identity, at(now or now_us()), memo.reader)
         if len(optin_values) == 1:
@@ -190,7 +214,7 @@ class LoadReportMiddleware:
         return decision
 
     @staticmethod
-    def identify(extensions: Scope, authority: Authority, now: int) -> Checks:
+    def identify(extensions: Scope, authority: Authority, now: int, address: str | None = None) -> Checks:
         """The connection's presented chain checked against the front-proxy and the load-reader trust (each
         verified once per distinct chain)."""
         tls = extensions.get("tls") or {}
@@ -204,7 +228,7 @@ class LoadReportMiddleware:
         for cache in (authority.chains, authority.readers):
             if cache is None:
                 continue
-            result, until = cache.lookup_until(tuple(chain), when, key)
+            result, until = cache.lookup_until(tuple(chain), when, key, address)
             recheck = min(recheck, until)
             if cache is authority.chains:
                 identity = result
@@ -212,15 +236,15 @@ class LoadReportMiddleware:
                 reader = result
         return Checks(identity, reader, microseconds(recheck) if recheck < NEVER else 2**63)
 
-    async def _verify_chain(self, extensions: Scope, memo: ConnectionMemo) -> None:
+    async def _verify_chain(self, extensions: Scope, memo: ConnectionMemo, address: str | None) -> None:
         """Once per connection and authority: its chain verified off the loop (streams of the connection that
         arrive meanwhile wait for the same task)."""
         authority = self.authority
         chain = tuple((extensions.get("tls") or {}).get("client_cert_chain") or ())
-        if chain and (authority.chains is not None or authority.readers is not None):
+        if chain and stale((authority.chains, authority.readers), extensions, chain):
             pending = memo.verifying
-            if pending is None or pending[0] is not authority:
-                pending = (authority, asyncio.ensure_future(verify_off_loop(authority, extensions, chain)))
+            if pending is None or pending[0] is not authority or pending[1].done():
+                pending = (authority, asyncio.ensure_future(verify_off_loop(authority, extensions, chain, address)))
                 memo.verifying = pending
             await pending[1]
         memo.verified = authority
@@ -240,8 +264,10 @@ class LoadReportMiddleware:
             await self.app(scope, receive, send)
             return
         memo = (scope.get("extensions") or {}).get(CONNECTION_KEY)
-        if memo is not None and memo.verified is not self.authority:
-            await self._verify_chain(scope["extensions"], memo)
+        if memo is not None and (
+            memo.verified is not self.authority or (memo.recheck != FOREVER and memo.recheck <= now_us())
+        ):  # once per connection and authority, and again when its checks may change with time
+            await self._verify_chain(scope["extensions"], memo, peer(scope))
         headers = scope["headers"]
         found = [(name.lower(), value) for name, value in headers if name.lower() in _OPTIN_SPELLINGS]
         optin_values = [value for name, value in found if name == OPTIN]  # other spellings never opt in

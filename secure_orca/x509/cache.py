@@ -7,13 +7,16 @@ import datetime as dt
 import hashlib
 from dataclasses import dataclass
 
-from secure_orca.x509.chainverifier import UNTRUSTED, ChainResult, ChainVerifier
-from secure_orca.x509.parse import parse_certificate
+from secure_orca.x509.budget import AddressBudget
+from secure_orca.x509.chainverifier import UNTRUSTED, ChainResult, ChainVerifier, parsed
+from secure_orca.x509.verify import MAX_VERIFICATION_COST
 
 CACHE_SIZE = 4096
 MAX_CHAIN_CERTS = 8  # a front proxy presents a leaf and a few intermediates; longer chains are refused unverified
 NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+_SECOND = dt.timedelta(seconds=1)
 _HEADER, _FOOTER = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+ADDRESSES = AddressBudget()  # the process's signature work per client address, across every trust
 
 
 def pem_to_der(pem: str) -> bytes:
@@ -38,10 +41,15 @@ class ChainCache:
     Bounded whatever clients present: at most ``CACHE_SIZE`` entries of a 32-byte key and a small result
     (the chain itself is never kept), and a chain of more than ``MAX_CHAIN_CERTS`` certificates is refused
     without being parsed or verified. A result is reused only until the earliest future notBefore of the
-    presented certificates: a certificate seen before it became valid is verified again once it is."""
+    presented certificates: a certificate seen before it became valid is verified again once it is.
 
-    def __init__(self, verifier: ChainVerifier) -> None:
+    A lookup that names the client's address verifies with at most what that address has left in ``addresses``
+    (and charges it); a chain refused because the address ran out stays refused until it has a full
+    verification's budget again, then is verified anew."""
+
+    def __init__(self, verifier: ChainVerifier, addresses: AddressBudget = ADDRESSES) -> None:
         self.verifier = verifier
+        self.addresses = addresses
         self._results: dict[bytes, Cached] = {}
 
     @staticmethod
@@ -53,7 +61,7 @@ class ChainCache:
         parts = [hashlib.sha256(pem.encode("latin-1", "replace")).digest() for pem in chain]
         return hashlib.sha256(b"".join([parts[0], *sorted(parts[1:])])).digest()
 
-    def _verify(self, chain: tuple[str, ...], now: dt.datetime) -> Cached:
+    def _verify(self, chain: tuple[str, ...], now: dt.datetime, address: str | None) -> Cached:
         if len(chain) > MAX_CHAIN_CERTS:
             return Cached(UNTRUSTED, NEVER)
         try:
@@ -63,21 +71,39 @@ class ChainCache:
         # DER straight to the verifier: it reads certificates as Go does, whatever cryptography thinks.
         # A result keeps the window of every chain found, so it answers as a new verification would until a
         # certificate becomes valid (only then can Go find a chain it did not find now): verify again then.
-        result = self.verifier.verify_der(ders, now)
+        if address is None:
+            return Cached(self.verifier.verify_der(ders, now), _next_not_before(ders, now))
+        seconds = now.timestamp()
+        left = min(self.addresses.available(address, seconds), MAX_VERIFICATION_COST)
+        if left <= 0:
+            return Cached(UNTRUSTED, self._retry(address, now))
+        spent = [0, 0]
+        result = self.verifier.verify_der(ders, now, left, spent)
+        self.addresses.spend(address, spent[0], seconds)
+        if not result.ok and spent[1] and left < MAX_VERIFICATION_COST:  # the address's bound, not the chain's
+            return Cached(result, self._retry(address, now))
         return Cached(result, _next_not_before(ders, now))
 
-    def lookup(self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None) -> ChainResult:
-        """The result for ``chain``; ``key`` is ``key(chain)`` when the caller has it already."""
-        return self.lookup_until(chain, now, key)[0]
+    def _retry(self, address: str, now: dt.datetime) -> dt.datetime:
+        """When a chain refused for its address's bound is verified again: once it has a verification's worth."""
+        again = self.addresses.refilled_at(address, MAX_VERIFICATION_COST, now.timestamp())
+        return max(dt.datetime.fromtimestamp(again, dt.UTC), now + _SECOND)
+
+    def lookup(
+        self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None, address: str | None = None
+    ) -> ChainResult:
+        """The result for ``chain``; ``key`` is ``key(chain)`` when the caller has it already, ``address`` the
+        client's (None: no per-address bound)."""
+        return self.lookup_until(chain, now, key, address)[0]
 
     def lookup_until(
-        self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None
+        self, chain: tuple[str, ...], now: dt.datetime, key: bytes | None = None, address: str | None = None
     ) -> tuple[ChainResult, dt.datetime]:
         """The result for ``chain`` and the moment it must be looked up again (time alone may change it)."""
         key = key if key is not None else self.key(chain)
         cached = self._results.get(key)
         if cached is None or now >= cached.recheck_at:
-            cached = self.compute(chain, now)
+            cached = self.compute(chain, now, address)
             self.store(key, cached)
         return cached.result, cached.recheck_at
 
@@ -86,9 +112,9 @@ class ChainCache:
         cached = self._results.get(key)
         return cached is not None and now < cached.recheck_at
 
-    def compute(self, chain: tuple[str, ...], now: dt.datetime) -> Cached:
+    def compute(self, chain: tuple[str, ...], now: dt.datetime, address: str | None = None) -> Cached:
         """Verify ``chain`` without touching the cache (the server runs this off its event loop)."""
-        return self._verify(chain, now)
+        return self._verify(chain, now, address)
 
     def store(self, key: bytes, cached: Cached) -> None:
         self._results.pop(key, None)
@@ -102,7 +128,7 @@ def _next_not_before(ders: list[bytes], now: dt.datetime) -> dt.datetime:
     upcoming = []
     for der in ders:
         try:
-            not_before = parse_certificate(der).not_before
+            not_before = parsed(der).not_before  # parsed by the verification just before
         except ValueError:
             continue
         if not_before > now:

@@ -13,6 +13,7 @@ refusals are :class:`Failure` codes, which ``authz`` maps to its reasons.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -21,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from secure_orca.x509.parse import parse_certificate
+from secure_orca.x509.parse import GoCertificate, parse_certificate
 from secure_orca.x509.verify import MAX_VERIFICATION_COST, Pool
 from secure_orca.x509.verify import verify as verify_chain
 
@@ -40,6 +41,15 @@ _FAILURES = {"expired": Failure.EXPIRED, "eku": Failure.EKU, "untrusted": Failur
 # Go's crypto/tls ends the handshake when a presented certificate's RSA key is over 8192 bits
 # (handshake_server.go processCertsFromClient, defaultMaxRSAKeySize in handshake_client.go, Go 1.26.0).
 MAX_PRESENTED_RSA_BITS = 8192
+
+
+PARSED = 64  # certificates kept parsed: a chain's, read again by ChainCache for its recheck time, and a few more
+
+
+@functools.lru_cache(maxsize=PARSED)
+def parsed(der: bytes) -> GoCertificate:
+    """``parse_certificate``, remembered for the last few certificates (pure; a parsed certificate is only read)."""
+    return parse_certificate(der)
 
 
 Window = tuple[dt.datetime, dt.datetime]  # from notBefore to notAfter, both included
@@ -91,23 +101,33 @@ class ChainVerifier:
         """``chain`` is what the client presented, leaf first."""
         return self.verify_der([cert.public_bytes(Encoding.DER) for cert in chain], now)
 
-    def verify_der(self, chain: Sequence[bytes], now: dt.datetime) -> ChainResult:
+    def verify_der(
+        self,
+        chain: Sequence[bytes],
+        now: dt.datetime,
+        budget: int = MAX_VERIFICATION_COST,
+        spent: list[int] | None = None,
+    ) -> ChainResult:
         """``chain`` is the DER the client presented, leaf first. Every certificate must parse as Go's TLS stack
-        parses it, or the handshake (and so the request) would not have reached kube-apiserver."""
+        parses it, or the handshake (and so the request) would not have reached kube-apiserver. ``budget`` bounds
+        the signature work (``verify.signature_cost`` units); ``spent``, when given, receives [the work done,
+        1 if the budget stopped a check else 0]."""
         self.verifications += 1
         if not chain:
             return NO_CERTIFICATE
         try:
-            presented = [parse_certificate(der) for der in chain]
+            presented = [parsed(der) for der in chain]
         except ValueError:
             return UNTRUSTED
         if any(c.rsa is not None and c.rsa[0].bit_length() > MAX_PRESENTED_RSA_BITS for c in presented):
             return UNTRUSTED
         # The intermediates in one canonical order: the verdict is the same whatever order the client chose.
         intermediates = sorted(presented[1:], key=lambda cert: cert.raw)
-        outcome = verify_chain(presented[0], intermediates, self._roots, now, MAX_VERIFICATION_COST)
+        outcome = verify_chain(presented[0], intermediates, self._roots, now, min(budget, MAX_VERIFICATION_COST))
         self.signature_operations += outcome.operations
         self.signature_cost += outcome.cost
+        if spent is not None:
+            spent[:] = [outcome.cost, int(outcome.exhausted)]
         if not outcome.chains:
             return ChainResult(False, _FAILURES[outcome.failure])
         if self.allowed_names and presented[0].common_name not in self.allowed_names:

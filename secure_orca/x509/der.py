@@ -6,6 +6,7 @@ booleans other than 00/FF, bit strings with set padding bits, and truncated inpu
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 SEQUENCE = 0x30
@@ -133,6 +134,7 @@ def decode_integer(value: bytes) -> int:
     return int.from_bytes(value, "big", signed=True)
 
 
+@functools.lru_cache(maxsize=256)  # a certificate repeats a few OIDs: read each once (pure, immutable result)
 def decode_oid(value: bytes, max_arc: int | None = None) -> str:
     """Dotted form of a base-128 OID; with ``max_arc``, any (encoded) arc reaching it is refused."""
     if not value or value[-1] & 0x80:

@@ -109,6 +109,7 @@ class Outcome:
     failure: str = ""
     operations: int = 0  # public-key operations run (signature checks that reached the key)
     cost: int = 0  # their work, in signature_cost units
+    exhausted: bool = False  # the budget stopped the search: a refusal may be the budget's, not the chain's
 
 
 def _valid_at(cert: GoCertificate, now: dt.datetime) -> bool:
@@ -229,6 +230,7 @@ def _build(
         if checks[0] > MAX_SIGNATURE_CHECKS:
             continue
         if budget is not None and operations[1] + signature_cost(candidate) > budget:
+            operations[2] = 1
             continue
         if not check_signature(child, candidate, operations) or not _ca_valid(candidate, intermediate, chain, now):
             continue
@@ -287,16 +289,17 @@ def verify(
         return Outcome(failure="untrusted")
     if not _valid_at(leaf, now):
         return Outcome(failure="expired")
-    operations = [0, 0]
+    operations = [0, 0, 0]  # operations, their cost, whether the budget stopped a check
     candidates: list[tuple[GoCertificate, ...]]
     if roots.contains(leaf):
         candidates = [(leaf,)]
     else:
         candidates = _build((leaf,), roots, Pool(intermediates), now, [0], operations, budget)
     if not candidates:
-        return Outcome(failure="untrusted", operations=operations[0], cost=operations[1])
+        return Outcome(failure="untrusted", operations=operations[0], cost=operations[1], exhausted=bool(operations[2]))
     usable = [c for c in candidates if _policies_valid(c) and _eku_allows_client(c) and constraints_hold(c)]
     if usable:
-        return Outcome(tuple(usable), operations=operations[0], cost=operations[1])
+        return Outcome(tuple(usable), operations=operations[0], cost=operations[1], exhausted=bool(operations[2]))
     eku_only = any(_policies_valid(c) and not _eku_allows_client(c) for c in candidates)
-    return Outcome(failure="eku" if eku_only else "untrusted", operations=operations[0], cost=operations[1])
+    failure = "eku" if eku_only else "untrusted"
+    return Outcome(failure=failure, operations=operations[0], cost=operations[1], exhausted=bool(operations[2]))

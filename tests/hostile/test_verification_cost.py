@@ -6,9 +6,13 @@ from __future__ import annotations
 import itertools
 import ssl
 
+import pytest
+
+import secure_orca.x509.cache as cache_module
+from secure_orca.x509 import chainverifier
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier, Failure
-from secure_orca.x509.parse import parse_certificate
+from secure_orca.x509.parse import GoCertificate, parse_certificate
 from secure_orca.x509.verify import MAX_SIGNATURE_CHECKS, MAX_VERIFICATION_COST, Pool, signature_cost, verify
 from tests import x509corpus as shapes
 
@@ -86,3 +90,25 @@ def test_one_verification_stops_at_its_budget_whatever_the_order() -> None:
         assert bounded.cost <= 3 and bounded.operations <= 3
     unbounded = verify(leaf, presented[::-1], roots, shapes.NOW)
     assert unbounded.chains and unbounded.cost > 3
+
+
+def test_a_verification_parses_each_presented_certificate_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection's cache miss reads each certificate once (the recheck time reuses the verifier's parse)."""
+    ca = shapes.root()
+    mid = shapes.make("intermediate", ca, ca=True)
+    decoys = [shapes.make("intermediate", ca, ca=True) for _ in range(3)]
+    chain = _pems(shapes.leaf(mid), mid, *decoys)
+    parsed: list[bytes] = []
+
+    def counted(der: bytes) -> GoCertificate:
+        parsed.append(der)
+        return parse_certificate(der)
+
+    clear = getattr(chainverifier, "parsed", None)
+    if clear is not None:
+        clear.cache_clear()
+    cache = ChainCache(ChainVerifier([ca.cert], [shapes.ALLOWED]))
+    monkeypatch.setattr(chainverifier, "parse_certificate", counted)
+    monkeypatch.setattr(cache_module, "parse_certificate", counted, raising=False)
+    assert cache.lookup(chain, shapes.NOW).ok
+    assert len(parsed) == len(set(parsed)) == len(chain)

@@ -60,3 +60,37 @@ def test_other_connections_are_answered_while_a_chain_is_verified() -> None:
     assert orca(other) == [] and len(orca(first)) == len(orca(second)) == len(orca(third)) == 1
     assert decisions == ["no-certificate", "front-proxy", "front-proxy", "front-proxy"]
     assert chains.verifier.verifications == 1
+
+
+def test_a_recheck_on_an_open_connection_is_verified_off_the_loop_too() -> None:
+    """When a connection's check may change with time (a certificate becoming valid, an address's refusal
+    expiring), its next request verifies again: also in a worker thread, never on the loop."""
+    middleware, _, _, decisions = make()
+    chains = middleware.authority.chains
+    assert chains is not None
+    memo = ConnectionMemo()
+    assert len(orca(asyncio.run(request(middleware, [FP_PEM], memo)))) == 1
+    chains._results.clear()  # the result's time is up: as if its recheck moment had come
+    memo.recheck = 0
+    verify_der = chains.verifier.verify_der
+    started, release = threading.Event(), threading.Event()
+
+    def held(chain: Any, now: Any, *args: Any) -> ChainResult:
+        started.set()
+        release.wait(5)
+        return verify_der(chain, now, *args)
+
+    chains.verifier.verify_der = held
+
+    async def scenario() -> tuple[bool, list[Any], list[Any]]:
+        again = asyncio.create_task(request(middleware, [FP_PEM], memo))
+        await asyncio.to_thread(started.wait, 1)
+        other = await request(middleware, None, ConnectionMemo())
+        pending = not again.done()
+        release.set()
+        return pending, other, await again
+
+    pending, other, again = asyncio.run(scenario())
+    assert pending, "the recheck ran on the event loop"
+    assert orca(other) == [] and len(orca(again)) == 1 and chains.verifier.verifications == 2
+    assert decisions == ["front-proxy", "no-certificate", "front-proxy"]

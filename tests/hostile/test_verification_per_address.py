@@ -1,0 +1,87 @@
+"""Issue 21 row 2: the signature work one client address buys is bounded over time, not only per verification.
+One client opens 15 connections (the audit's scale), each presenting a new leaf and 7 crafted RSA-8192
+"intermediates" named as its issuer (each a signature check that fails): counted in signature operations and
+their cost, never timed."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+from secure_orca.authz.memo import ConnectionMemo
+from secure_orca.server.middleware import CONNECTION_KEY, LoadReportMiddleware
+from secure_orca.x509.budget import CAPACITY, RATE, AddressBudget, address_key
+from secure_orca.x509.verify import MAX_VERIFICATION_COST
+from tests import x509corpus as shapes
+from tests.test_middleware import FP_PEM, OPT_IN, make, orca
+
+ATTACKER, OTHER = "198.51.100.7", "203.0.113.9"
+
+
+def crafted_chains(count: int) -> list[list[str]]:
+    """``count`` chains sharing 7 decoys (RSA-8192 keys nobody holds, e = 65537): 16 cost units per check."""
+    issuer = shapes.make("crafted", shapes.root(), ca=True)
+    decoys = [
+        shapes.resign(
+            issuer,
+            issuer.key,
+            shapes.set_field(shapes.SPKI, shapes.rsa_public_key_info((1 << 8191) | (2 * i + 1), 65537)),
+        )
+        for i in range(7)
+    ]
+    return [
+        [ssl.DER_cert_to_PEM_cert(n.der) for n in (shapes.leaf(issuer, f"client-{i}"), *decoys)] for i in range(count)
+    ]
+
+
+async def request(middleware: LoadReportMiddleware, chain: list[str], host: str) -> list[Any]:
+    extensions = {CONNECTION_KEY: ConnectionMemo(), "tls": {"client_cert_chain": chain}}
+    scope = {"type": "http", "path": "/", "headers": [OPT_IN], "extensions": extensions, "client": (host, 40000)}
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
+
+    await middleware(scope, receive, send)
+    return sent
+
+
+def test_one_address_buys_at_most_its_budget_of_signature_work() -> None:
+    middleware, _, _, decisions = make()
+    chains = middleware.authority.chains
+    assert chains is not None
+    attack = crafted_chains(15)
+    started = time.monotonic()
+    for chain in attack:  # one new connection each
+        assert orca(asyncio.run(request(middleware, chain, ATTACKER))) == []
+    elapsed = time.monotonic() - started
+    spent = chains.verifier.signature_cost
+    assert spent <= CAPACITY + RATE * elapsed, f"{spent} cost units for one address"
+    assert chains.verifier.signature_operations < 15 * 7
+    assert set(decisions) == {"untrusted-ca"}
+    # another address is not refused for it: the real front proxy still gets its report
+    assert len(orca(asyncio.run(request(middleware, [FP_PEM], OTHER)))) == 1
+
+
+def test_the_bucket_refills_at_its_rate_and_forgets_the_oldest_address() -> None:
+    budget = AddressBudget(capacity=100, rate=10.0, size=2)
+    assert budget.available("192.0.2.1", 0.0) == 100
+    budget.spend("192.0.2.1", 100, 0.0)
+    assert budget.available("192.0.2.1", 0.0) == 0
+    assert budget.available("192.0.2.1", 2.0) == 20
+    assert budget.refilled_at("192.0.2.1", 50, 2.0) == 5.0
+    budget.spend("192.0.2.2", 1, 2.0)
+    budget.spend("192.0.2.3", 1, 2.0)  # a third address: the first is forgotten (full again)
+    assert budget.available("192.0.2.1", 2.0) == 100
+
+
+def test_ipv6_counts_per_64_and_mapped_ipv4_as_ipv4() -> None:
+    assert address_key("2001:db8::1") == address_key("2001:db8::ffff:2") != address_key("2001:db8:0:1::1")
+    assert address_key("::ffff:192.0.2.1") == address_key("192.0.2.1")
+    assert MAX_VERIFICATION_COST < CAPACITY
