@@ -40,6 +40,7 @@ class Backend:
                     (b"content-type", b"text/plain"),
                     (b"Endpoint-Load-Metrics", b"TEXT cpu_utilization=0.99"),
                     (b"endpoint-load-metrics-bin", b"CQAAAAAAAPA/"),
+                    (b"endpoint-load-metrics-json", b'{"cpu_utilization": 0.99}'),  # older Envoys read it
                     (b"x-kept", b"1"),
                 ],
             }

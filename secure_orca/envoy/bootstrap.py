@@ -38,6 +38,7 @@ from secure_orca.errors import SecureOrcaError
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
+from secure_orca.orca.headers import REPORT_JSON as HEADER_JSON
 from secure_orca.orca.optin import header_value
 
 OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only", "load-reader")
@@ -46,8 +47,7 @@ POLICIES = ("cswrr", "round-robin")
 SECRET_DELIVERIES = ("sds", "inline")
 # Report headers removed from every response and trailer before a client sees them: ours, and the legacy
 # ``endpoint-load-metrics-json`` that older Envoys parse (1.40 passes it through unread: docs/out-of-band.md).
-LEGACY_JSON_HEADER = "endpoint-load-metrics-json"
-ORCA_RESPONSE_HEADERS = (HEADER, HEADER_BIN, LEGACY_JSON_HEADER)
+ORCA_RESPONSE_HEADERS = (HEADER, HEADER_BIN, HEADER_JSON)
 CLUSTER = "apiserver"
 SECRET_NAME = "endpoint-load-metrics-secret"
 # Streams the upstream provably did not process: REFUSED_STREAM (also what Envoy reports for streams above a

@@ -5,7 +5,8 @@ from __future__ import annotations
 REPORT = "endpoint-load-metrics"  # the TEXT/JSON/BIN report a server attaches to a response
 REPORT_BIN = "endpoint-load-metrics-bin"  # legacy gRPC form (base64 proto); wins over REPORT in Envoy
 OPTIN = "endpoint-load-metrics-request"  # the opt-in a load balancer sends (KEP-6315)
-ORCA_HEADERS = frozenset({REPORT, REPORT_BIN})
+REPORT_JSON = "endpoint-load-metrics-json"  # a JSON report under its own name, read by older Envoys
+ORCA_HEADERS = frozenset({REPORT, REPORT_BIN, REPORT_JSON})  # what the server strips from any backend
 ORCA_HEADERS_BYTES = frozenset(name.encode() for name in ORCA_HEADERS)
 OPTIN_BYTES = OPTIN.encode()
 

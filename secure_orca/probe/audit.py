@@ -77,7 +77,7 @@ def _looks_like_report(value: bytes) -> bool:
 
 
 # Response names that carry a report somewhere in the ecosystem: ours, and Envoy's JSON header name of some versions.
-REPORT_NAMES = ORCA_HEADERS | {"endpoint-load-metrics-json"}
+REPORT_NAMES = ORCA_HEADERS
 
 
 def find_orca(
