@@ -203,8 +203,8 @@ class LBConfig:
     sds_path: Path | None = None  # where the SDS resource for the secret lives (sds delivery)
     num_retries: int = 3
     # Envoy closes (drains) its own upstream connections after this many requests, gracefully, before a
-    # replica's limit (hypercorn keep_alive_max_requests, `serve --max-requests-per-connection`, 1000 by
-    # default) makes the replica drop the streams in flight. None: no limit on Envoy's side.
+    # replica that rotates (`serve --max-requests-per-connection N`; off by default, as in kube) drops the
+    # streams in flight. None: no limit on Envoy's side.
     upstream_max_requests: int | None = 500
     node_id: str = "secure-orca-lb"
     extra: dict[str, Any] = field(default_factory=dict)  # merged into the bootstrap top level (tests)
