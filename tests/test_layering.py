@@ -27,8 +27,26 @@ PURE = (
     "secure_orca.probe.stats",
     "secure_orca.server.flags",
 )
-IO = {"socket", "ssl", "_ssl", "asyncio", "selectors", "threading", "subprocess", "multiprocessing", "os", "shutil",
-      "tempfile", "time", "signal", "httpx", "hypercorn", "h2", "urllib.request", "http.client"}
+IO = {
+    "socket",
+    "ssl",
+    "_ssl",
+    "asyncio",
+    "selectors",
+    "threading",
+    "subprocess",
+    "multiprocessing",
+    "os",
+    "shutil",
+    "tempfile",
+    "time",
+    "signal",
+    "httpx",
+    "hypercorn",
+    "h2",
+    "urllib.request",
+    "http.client",
+}
 ENTRY = {"secure_orca.__main__"}
 # Not listed as pure although they do no I/O themselves: probe.vectors mints look-alike certificates with
 # secure_orca.pki, a module that also writes the development PKI to disk.

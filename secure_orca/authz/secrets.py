@@ -11,6 +11,7 @@ def _digest(secret: str | bytes) -> bytes:
     raw = secret.encode() if isinstance(secret, str) else secret
     return hashlib.sha256(raw).digest()
 
+
 class SecretSet:
     """Shared secrets (several at once, for rotation), compared in constant time by their digests."""
 

@@ -31,6 +31,7 @@ log = logging.getLogger("secure_orca.serve")
 
 HELP = "serve HTTP/2 TLS with load reports for the front proxy or a shared secret only"
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--bind-address", default="127.0.0.1", help="IP address to listen on (default 127.0.0.1)")
@@ -80,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a verified front proxy that names no user: unauthorized (401, as kube-apiserver; default) or "
         "anonymous (not kube: for load balancers that do not authenticate users yet)",
     )
-    a(flags.TOKENS, type=Path, help="static bearer tokens, CSV: token,user,uid,\"group1,group2\" (mode 0600)")
+    a(flags.TOKENS, type=Path, help='static bearer tokens, CSV: token,user,uid,"group1,group2" (mode 0600)')
     a(
         "--anonymous-auth",
         default="true",
@@ -194,6 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="development PKI used when no TLS flags are given",
     )
     a("-v", "--verbose", action="store_true", help="log every request")
+
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="secure-orca: %(levelname)s: %(message)s")

@@ -161,6 +161,7 @@ def verifications(app: LoadReportMiddleware) -> int:
     chains = app.authority.chains
     return chains.verifier.verifications if chains else 0
 
+
 def build_app(
     config: ServeConfig, sampler: Sampler, material: Material
 ) -> tuple[LoadReportMiddleware, ProxyApp | None]:

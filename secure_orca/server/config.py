@@ -34,8 +34,6 @@ GATE = "RequestCostAggregation"
 T = TypeVar("T")
 
 
-
-
 @dataclass
 class ServeConfig:
     """Everything ``serve`` needs, validated; built from the flags without opening a socket."""
@@ -137,9 +135,7 @@ def _header_lists(args: argparse.Namespace) -> RequestHeaderConfig:
             "--requestheader-uid-headers: is set without specifying the standard X-Remote-Uid header "
             "(API aggregation will not work)"
         )
-    return RequestHeaderConfig(
-        lists["username-headers"], uids, lists["group-headers"], lists["extra-headers-prefix"]
-    )
+    return RequestHeaderConfig(lists["username-headers"], uids, lists["group-headers"], lists["extra-headers-prefix"])
 
 
 def build_config(args: argparse.Namespace) -> ServeConfig:
@@ -257,11 +253,3 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         audit_maxsize=getattr(args, "audit_log_maxsize", 100),
         audit_maxbackup=getattr(args, "audit_log_maxbackup", 100),
     )
-
-
-
-
-
-
-
-

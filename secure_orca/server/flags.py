@@ -13,8 +13,6 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-
-
 def parse_duration(text: str) -> float:
     """A Go duration (``100ms``, ``1.5s``, ``1m30s``) in seconds; a bare ``0`` is allowed."""
     if text == "0":
