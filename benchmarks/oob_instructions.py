@@ -27,37 +27,17 @@ import h2.config
 import h2.connection
 import h2.events
 
-from benchmarks.oob_wire import CountingTLS
+from benchmarks.oob_wire import open_stream
 from secure_orca import pki
 from secure_orca.lab import instrcount
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity
-from secure_orca.orca import oob
 
 
 def read_reports(server: instrcount.CountedServer, dev: pki.DevPKI, count: int) -> None:
     """One stream on a new connection: ``count`` reports, then cancel and close."""
-    import ssl
-
-    context = ssl.create_default_context(cafile=str(dev.cert("ca")))
-    context.set_alpn_protocols(["h2"])
-    context.load_cert_chain(dev.cert("load_reader_client"), dev.key("load_reader_client"))
-    conn = CountingTLS(server.host, server.port, context)
-    h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-    h2c.initiate_connection()
-    stream = h2c.get_next_available_stream_id()
-    headers = [
-        (b":method", b"POST"),
-        (b":scheme", b"https"),
-        (b":authority", b"localhost"),
-        (b":path", oob.PATH_BYTES),
-        (b"content-type", b"application/grpc"),
-        (b"te", b"trailers"),
-    ]
-    h2c.send_headers(stream, headers)
-    h2c.send_data(stream, oob.request_frame(0.01), end_stream=True)
-    conn.send(h2c.data_to_send())
+    conn, h2c, stream = open_stream(dev, server.host, server.port, 0.01)
     got = 0
     while got < count:
         for event in h2c.receive_data(conn.recv()):

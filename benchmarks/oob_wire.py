@@ -70,31 +70,39 @@ class CountingTLS:
                 self._pump()
 
 
+def open_stream(
+    dev: pki.DevPKI, host: str, port: int, interval: float
+) -> tuple[CountingTLS, h2.connection.H2Connection, int]:
+    """A new TLS 1.3 connection with the load-reader certificate and one StreamCoreMetrics call on it, sent."""
+    context = ssl.create_default_context(cafile=str(dev.cert("ca")))
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.set_alpn_protocols(["h2"])
+    context.load_cert_chain(dev.cert("load_reader_client"), dev.key("load_reader_client"))
+    conn = CountingTLS(host, port, context)
+    h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    h2c.initiate_connection()
+    stream = h2c.get_next_available_stream_id()
+    headers = [
+        (b":method", b"POST"),
+        (b":scheme", b"https"),
+        (b":authority", b"localhost"),
+        (b":path", oob.PATH_BYTES),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+    ]
+    h2c.send_headers(stream, headers)
+    h2c.send_data(stream, oob.request_frame(interval), end_stream=True)
+    conn.send(h2c.data_to_send())
+    return conn, h2c, stream
+
+
 def measure(reports: int, interval: float) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         dev = pki.generate(Path(tmp))
         floor = f"{int(interval * 1000)}ms"
         flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", floor)
         with launch.replicas([launch.serve_argv(dev, flags)]) as (replica,):
-            context = ssl.create_default_context(cafile=str(dev.cert("ca")))
-            context.minimum_version = ssl.TLSVersion.TLSv1_3
-            context.set_alpn_protocols(["h2"])
-            context.load_cert_chain(dev.cert("load_reader_client"), dev.key("load_reader_client"))
-            conn = CountingTLS(replica.host, replica.port, context)
-            h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-            h2c.initiate_connection()
-            stream = h2c.get_next_available_stream_id()
-            headers = [
-                (b":method", b"POST"),
-                (b":scheme", b"https"),
-                (b":authority", b"localhost"),
-                (b":path", oob.PATH_BYTES),
-                (b"content-type", b"application/grpc"),
-                (b"te", b"trailers"),
-            ]
-            h2c.send_headers(stream, headers)
-            h2c.send_data(stream, oob.request_frame(interval), end_stream=True)
-            conn.send(h2c.data_to_send())
+            conn, h2c, stream = open_stream(dev, replica.host, replica.port, interval)
             started_at = None  # ciphertext and frame bytes when the first report arrived
             frame_bytes, messages = 0, list[int]()
             while len(messages) < reports:

@@ -250,21 +250,8 @@ def serve_manifests(option: str, deployment: Deployment) -> list[dict[str, Any]]
         "volumeMounts": mounts,
         "securityContext": _SECURITY,
     }
-    pod = {
-        "metadata": {"labels": selector},
-        "spec": {
-            "securityContext": {"runAsNonRoot": True, "runAsUser": USER, "runAsGroup": USER, "fsGroup": USER},
-            "containers": [container],
-            "volumes": volumes,
-        },
-    }
     return [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": _meta(APP, deployment, "server"),
-            "spec": {"replicas": deployment.replicas, "selector": {"matchLabels": selector}, "template": pod},
-        },
+        _deployment(APP, deployment, "server", deployment.replicas, selector, container, volumes),
         {
             "apiVersion": "v1",
             "kind": "Service",
@@ -275,12 +262,7 @@ def serve_manifests(option: str, deployment: Deployment) -> list[dict[str, Any]]
                 "ports": [{"name": "https", "port": SERVE_PORT, "targetPort": "https"}],
             },
         },
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": _meta(APP, deployment, "server"),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
-        },
+        _disruption_budget(APP, deployment, "server", selector),
     ]
 
 
@@ -302,6 +284,34 @@ def lb_manifests(config: envoy.LBConfig, deployment: Deployment) -> list[dict[st
         "volumeMounts": mounts,
         "securityContext": _SECURITY,
     }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(ENVOY_CONFIG_MAP, deployment, "load-balancer"),
+            "data": envoy_files(config),
+        },
+        _deployment(LB, deployment, "load-balancer", deployment.lb_replicas, selector, container, volumes),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(LB, deployment, "load-balancer"),
+            "spec": {"selector": selector, "ports": [{"name": "https", "port": 443, "targetPort": "https"}]},
+        },
+        _disruption_budget(LB, deployment, "load-balancer", selector),
+    ]
+
+
+def _deployment(
+    name: str,
+    deployment: Deployment,
+    component: str,
+    replicas: int,
+    selector: dict[str, str],
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A Deployment of one container, run as the unprivileged USER."""
     pod = {
         "metadata": {"labels": selector},
         "spec": {
@@ -310,32 +320,19 @@ def lb_manifests(config: envoy.LBConfig, deployment: Deployment) -> list[dict[st
             "volumes": volumes,
         },
     }
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": _meta(ENVOY_CONFIG_MAP, deployment, "load-balancer"),
-            "data": envoy_files(config),
-        },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": _meta(LB, deployment, "load-balancer"),
-            "spec": {"replicas": deployment.lb_replicas, "selector": {"matchLabels": selector}, "template": pod},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": _meta(LB, deployment, "load-balancer"),
-            "spec": {"selector": selector, "ports": [{"name": "https", "port": 443, "targetPort": "https"}]},
-        },
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": _meta(LB, deployment, "load-balancer"),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
-        },
-    ]
+    spec = {"replicas": replicas, "selector": {"matchLabels": selector}, "template": pod}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(name, deployment, component), "spec": spec}
+
+
+def _disruption_budget(name: str, deployment: Deployment, component: str, selector: dict[str, str]) -> dict[str, Any]:
+    """At most one pod of the Deployment down at a time for voluntary disruptions."""
+    spec = {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(name, deployment, component),
+        "spec": spec,
+    }
 
 
 def namespace(deployment: Deployment) -> dict[str, Any]:

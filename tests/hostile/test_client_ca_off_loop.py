@@ -16,6 +16,7 @@ from secure_orca.server.middleware import CONNECTION_KEY
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainResult, ChainVerifier
 from tests import x509corpus as shapes
+from tests.asgi_call import run_asgi
 
 
 async def app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
@@ -28,16 +29,7 @@ async def request(middleware: AuthenticationMiddleware, chain: list[str] | None,
     scope: dict[str, Any] = {"type": "http", "path": "/", "headers": [], "extensions": {CONNECTION_KEY: memo}}
     if chain is not None:
         scope["extensions"]["tls"] = {"client_cert_chain": chain}
-    sent: list[Any] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
-
-    async def send(message: MutableMapping[str, Any]) -> None:
-        sent.append(dict(message))
-
-    await middleware(scope, receive, send)
-    return sent
+    return await run_asgi(middleware, scope)
 
 
 def answer(sent: list[Any]) -> tuple[int, list[Any]]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import MutableMapping
 from typing import Any
 
 from secure_orca.authz.memo import ConnectionMemo
 from secure_orca.server.middleware import CONNECTION_KEY, LoadReportMiddleware
 from secure_orca.x509.chainverifier import ChainResult
+from tests.asgi_call import run_asgi
 from tests.test_middleware import FP_PEM, OPT_IN, make, orca
 
 
@@ -18,16 +18,7 @@ async def request(middleware: LoadReportMiddleware, chain: list[str] | None, mem
     scope: dict[str, Any] = {"type": "http", "path": "/", "headers": [OPT_IN], "extensions": {CONNECTION_KEY: memo}}
     if chain is not None:
         scope["extensions"]["tls"] = {"client_cert_chain": chain}
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
-
-    async def send(message: MutableMapping[str, Any]) -> None:
-        sent.append(dict(message))
-
-    await middleware(scope, receive, send)
-    return sent
+    return await run_asgi(middleware, scope)
 
 
 def test_other_connections_are_answered_while_a_chain_is_verified() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import MutableMapping
 from typing import Any
 
 from secure_orca.authz.memo import ConnectionMemo
@@ -16,6 +15,7 @@ from secure_orca.server.middleware import CONNECTION_KEY, LoadReportMiddleware
 from secure_orca.x509.budget import CAPACITY, RATE, AddressBudget, address_key
 from secure_orca.x509.verify import MAX_VERIFICATION_COST
 from tests import x509corpus as shapes
+from tests.asgi_call import run_asgi
 from tests.test_middleware import FP_PEM, OPT_IN, make, orca
 
 ATTACKER, OTHER = "198.51.100.7", "203.0.113.9"
@@ -40,16 +40,7 @@ def crafted_chains(count: int) -> list[list[str]]:
 async def request(middleware: LoadReportMiddleware, chain: list[str], host: str) -> list[Any]:
     extensions = {CONNECTION_KEY: ConnectionMemo(), "tls": {"client_cert_chain": chain}}
     scope = {"type": "http", "path": "/", "headers": [OPT_IN], "extensions": extensions, "client": (host, 40000)}
-    sent: list[Any] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
-
-    async def send(message: MutableMapping[str, Any]) -> None:
-        sent.append(dict(message))
-
-    await middleware(scope, receive, send)
-    return sent
+    return await run_asgi(middleware, scope)
 
 
 def test_one_address_buys_at_most_its_budget_of_signature_work() -> None:
