@@ -22,6 +22,19 @@ class Recorded:
 
 
 @contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` served by Python's ThreadingHTTPServer on a free loopback port, in a daemon thread: its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
 def recording_backend() -> Iterator[tuple[str, Recorded]]:
     """An HTTP/1.1 backend that records every request's target and headers and answers 200 ``backend``;
     paths ending in ``/nocontent`` or ``/notmodified`` get a 204 or 304 that (wrongly) carries a
@@ -62,15 +75,8 @@ def recording_backend() -> Iterator[tuple[str, Recorded]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", recorded
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, recorded
 
 
 @contextmanager
@@ -97,15 +103,8 @@ def stdlib_backend() -> Iterator[tuple[str, Recorded]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", recorded
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, recorded
 
 
 @contextmanager
@@ -124,7 +123,8 @@ def hostile_backend() -> Iterator[tuple[str, Recorded]]:
             recorded.headers.append(list(self.headers.items()))
             if self.path.endswith("/redirect"):
                 self.send_response(302)
-                self.send_header("location", f"http://127.0.0.1:{server.server_port}/stolen")
+                port = self.server.server_address[1]  # type: ignore[index]  # an (host, port) tuple for TCP
+                self.send_header("location", f"http://127.0.0.1:{port}/stolen")
                 self.send_header("content-length", "0")
                 self.end_headers()
             elif self.path.endswith("/switch"):
@@ -143,12 +143,5 @@ def hostile_backend() -> Iterator[tuple[str, Recorded]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", recorded
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, recorded
