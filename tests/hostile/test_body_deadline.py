@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -58,7 +59,8 @@ def test_posts_without_a_body_get_408_and_the_connection_still_serves(replica, d
 
 def in_flight(replica: launch.Replica, dev_pki: pki.DevPKI, front_proxy: ClientCert) -> int:
     """``named_metrics.in_flight_requests`` of the report, read by the front proxy once every request it
-    waits on has ended: a few reports (each a new sample, one tick apart), until one shows 0, at most 50."""
+    waits on has ended: reports a sampling interval apart (100 ms: back-to-back requests could all read one
+    sample), until one shows 0, at most 50 (a bound on the waiting, not a measurement)."""
     context = ssl.create_default_context(cafile=str(dev_pki.cert("ca")))
     context.load_cert_chain(front_proxy.cert, front_proxy.key)
     value = -1
@@ -68,6 +70,7 @@ def in_flight(replica: launch.Replica, dev_pki: pki.DevPKI, front_proxy: ClientC
             value = int(float(report.split("named_metrics.in_flight_requests=")[1].split(",")[0]))
             if value == 0:
                 break
+            time.sleep(0.1)
     return value
 
 

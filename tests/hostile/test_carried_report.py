@@ -19,10 +19,6 @@ from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.server.adapter import encode_headers
 
-from .wire import nothing_left_in_flight  # noqa: F401  (a fixture)
-
-pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
-
 REPORT = b"endpoint-load-metrics"
 FIELD = (REPORT, b"TEXT cpu_utilization=0.25, mem_utilization=0.5, rps_fractional=10")
 

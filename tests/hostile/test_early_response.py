@@ -16,9 +16,7 @@ from secure_orca.lab import replicas as launch
 from ..conftest import ClientCert, fp_flags
 from .h2client import H2Client
 from .h2client import Stream as H2Stream
-from .wire import nothing_left_in_flight  # noqa: F401  (a fixture)
 
-pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 

@@ -27,12 +27,9 @@ from .wire import (
     h1_exchange,
     h2_client,
     log_text,
-    nothing_left_in_flight,  # noqa: F401  (a fixture)
     read_stream,
     tls_context,
 )
-
-pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 
 MAX_RSS_GROWTH_MIB = 64  # the flood sends hundreds of MiB of header data; the server may keep a bounded part
 PSEUDO = [(":method", "GET"), (":path", "/version"), (":scheme", "https"), (":authority", "localhost")]

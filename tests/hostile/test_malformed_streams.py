@@ -16,9 +16,8 @@ from secure_orca import pki
 from secure_orca.lab import replicas as launch
 
 from ..conftest import fp_flags
-from .wire import connect, h2_client, log_text, nothing_left_in_flight, read_streams, tls_context  # noqa: F401
+from .wire import connect, h2_client, log_text, read_streams, tls_context
 
-pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 BASE = [(":scheme", "https"), (":authority", "localhost")]
 MALFORMED = {

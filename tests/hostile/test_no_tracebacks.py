@@ -22,12 +22,9 @@ from .wire import (
     h1_status,
     h2_client,
     h2_request,
-    nothing_left_in_flight,  # noqa: F401  (a fixture)
     read_stream,
     tls_context,
 )
-
-pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 
 Rig = tuple[launch.Replica, Recorded]
 

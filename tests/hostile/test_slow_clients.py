@@ -19,13 +19,10 @@ from .wire import (
     connect,
     get_h2,
     h2_client,
-    nothing_left_in_flight,  # noqa: F401  (a fixture)
     read_stream,
     read_streams,
     tls_context,
 )
-
-pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 
 STALLED_STREAMS = 60  # per connection; two connections hold more than httpx's pool of 100 upstream connections
 

@@ -18,9 +18,6 @@ from secure_orca import pki
 from secure_orca.lab.replicas import Replica
 
 from ..conftest import ClientCert, load_issued, write_client
-from .wire import nothing_left_in_flight  # noqa: F401  (a fixture)
-
-pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")
 
 VERSIONS = [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]
 

@@ -7,14 +7,12 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import h2.config
 import h2.connection
 import h2.events
-import pytest
 
 from secure_orca import pki
 from secure_orca.lab.replicas import Replica
@@ -193,16 +191,3 @@ def assert_nothing_in_flight(replica: Replica, dev_pki: pki.DevPKI, reads: int =
     raise AssertionError(f"in_flight_requests never returned to 0: {seen}")
 
 
-REPLICA_FIXTURES = ("replica", "rig", "secured_replica")  # what the hostile modules call their running server
-
-
-@pytest.fixture
-def nothing_left_in_flight(request: pytest.FixtureRequest, dev_pki: pki.DevPKI) -> Iterator[None]:
-    """After the test, the server it used has nothing in flight (issue 21: the report counts only what is really
-    in flight). Modules opt in with ``pytestmark = pytest.mark.usefixtures("nothing_left_in_flight")``."""
-    yield
-    for name in REPLICA_FIXTURES:
-        if name in request.fixturenames:
-            found = request.getfixturevalue(name)
-            replica = found if isinstance(found, Replica) else next(r for r in found if isinstance(r, Replica))
-            assert_nothing_in_flight(replica, dev_pki)
