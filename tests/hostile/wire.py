@@ -189,5 +189,3 @@ def assert_nothing_in_flight(replica: Replica, dev_pki: pki.DevPKI, reads: int =
             return
         time.sleep(0.1)
     raise AssertionError(f"in_flight_requests never returned to 0: {seen}")
-
-
