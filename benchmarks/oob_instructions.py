@@ -23,69 +23,14 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import h2.config
-import h2.connection
-import h2.events
-
-from benchmarks.oob_wire import CountingTLS
 from secure_orca import pki
 from secure_orca.lab import instrcount
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity
-from secure_orca.orca import oob
+from secure_orca.lab.oobcost import report_instructions
 
-
-def read_reports(server: instrcount.CountedServer, dev: pki.DevPKI, count: int) -> None:
-    """One stream on a new connection: ``count`` reports, then cancel and close."""
-    import ssl
-
-    context = ssl.create_default_context(cafile=str(dev.cert("ca")))
-    context.set_alpn_protocols(["h2"])
-    context.load_cert_chain(dev.cert("load_reader_client"), dev.key("load_reader_client"))
-    conn = CountingTLS(server.host, server.port, context)
-    h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-    h2c.initiate_connection()
-    stream = h2c.get_next_available_stream_id()
-    headers = [
-        (b":method", b"POST"),
-        (b":scheme", b"https"),
-        (b":authority", b"localhost"),
-        (b":path", oob.PATH_BYTES),
-        (b"content-type", b"application/grpc"),
-        (b"te", b"trailers"),
-    ]
-    h2c.send_headers(stream, headers)
-    h2c.send_data(stream, oob.request_frame(0.01), end_stream=True)
-    conn.send(h2c.data_to_send())
-    got = 0
-    while got < count:
-        for event in h2c.receive_data(conn.recv()):
-            if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
-                h2c.acknowledge_received_data(event.flow_controlled_length, stream)
-                got += 1
-        conn.send(h2c.data_to_send())
-    h2c.reset_stream(stream)
-    h2c.close_connection()
-    conn.send(h2c.data_to_send())
-    conn.sock.close()
-
-
-def measure(long: int, short: int, repeats: int, layout: int = 0) -> list[float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        dev = pki.generate(work / "pki")
-        flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", "10ms")
-        args = instrcount.serve_args(launch.serve_argv(dev, flags, demo_work=False))
-        with instrcount.counted_server(args, work / "callgrind.out", layout=layout) as server:
-            server.control("--instr=on")
-            read_reports(server, dev, short)  # warm-up: imports and first-use caches
-            for r in range(repeats):
-                for label, count in (("long", long), ("short", short)):
-                    with server.window(f"oob,{label},{r}"):
-                        read_reports(server, dev, count)
-            totals = server.totals()
-        return [(totals[f"oob,long,{r}"] - totals[f"oob,short,{r}"]) / (long - short) for r in range(repeats)]
+measure = report_instructions  # the measurement lives in secure_orca.lab.oobcost (evaluate's option 4 uses it too)
 
 
 def per_request(repeats: int, long: int = 600, short: int = 100) -> dict[str, list[float]]:
