@@ -124,9 +124,11 @@ def out_of_band_section(results: Evaluation) -> list[str]:
         "",
     ]
     if per_report is not None:
+        r = per_report.per_report
         parts.append(
             f"Instructions per streamed report (callgrind, {per_report.long} reports minus {per_report.short} on "
-            f"one stream, one memory layout per repeat): {per_report.per_report:} — median [min, max].\n"
+            f"one stream, one memory layout per repeat): {r.median:,.0f} [{r.min:,.0f}, {r.max:,.0f}], median "
+            "[min, max].\n"
         )
     if stale:
         parts += [
