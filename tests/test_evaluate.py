@@ -63,8 +63,9 @@ def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
             assert cell["request_cost"][ratio]["median"] > 0
         if instrcount.valgrind_available() is None:
             counted = results["instructions"]["options"][option]
-            assert counted["per_request_on"] > counted["per_request_off"] > 0
-            if option != OUT_OF_BAND:  # out of band no request opts in: checked below
+            assert counted["per_request_on"] > 0 and counted["per_request_off"] > 0
+            if option != OUT_OF_BAND:  # out of band no request opts in (x0.9992 in a full run): checked below
+                assert counted["per_request_on"] > counted["per_request_off"]
                 assert counted["request_ratio"]["median"] > 1
         if option != OUT_OF_BAND:  # out of band no response carries a report
             assert cell["hpack_response"]["marginal_bytes_per_response"] > 0
