@@ -23,49 +23,14 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import h2.config
-import h2.connection
-import h2.events
-
-from benchmarks.oob_wire import open_stream
 from secure_orca import pki
 from secure_orca.lab import instrcount
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity
+from secure_orca.lab.oobcost import report_instructions
 
-
-def read_reports(server: instrcount.CountedServer, dev: pki.DevPKI, count: int) -> None:
-    """One stream on a new connection: ``count`` reports, then cancel and close."""
-    conn, h2c, stream = open_stream(dev, server.host, server.port, 0.01)
-    got = 0
-    while got < count:
-        for event in h2c.receive_data(conn.recv()):
-            if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
-                h2c.acknowledge_received_data(event.flow_controlled_length, stream)
-                got += 1
-        conn.send(h2c.data_to_send())
-    h2c.reset_stream(stream)
-    h2c.close_connection()
-    conn.send(h2c.data_to_send())
-    conn.sock.close()
-
-
-def measure(long: int, short: int, repeats: int, layout: int = 0) -> list[float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        dev = pki.generate(work / "pki")
-        flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", "10ms")
-        args = instrcount.serve_args(launch.serve_argv(dev, flags, demo_work=False))
-        with instrcount.counted_server(args, work / "callgrind.out", layout=layout) as server:
-            server.control("--instr=on")
-            read_reports(server, dev, short)  # warm-up: imports and first-use caches
-            for r in range(repeats):
-                for label, count in (("long", long), ("short", short)):
-                    with server.window(f"oob,{label},{r}"):
-                        read_reports(server, dev, count)
-            totals = server.totals()
-        return [(totals[f"oob,long,{r}"] - totals[f"oob,short,{r}"]) / (long - short) for r in range(repeats)]
+measure = report_instructions  # the measurement lives in secure_orca.lab.oobcost (evaluate's option 4 uses it too)
 
 
 def per_request(repeats: int, long: int = 600, short: int = 100) -> dict[str, list[float]]:

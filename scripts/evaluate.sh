@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's main command: set up from scratch if needed, then evaluate the three options of KEP-6315.
+# The README's main command: set up from scratch if needed, then evaluate the options of KEP-6315 and the
+# out-of-band stream (option 4).
 # Extra arguments go to `secure-orca evaluate` (e.g. --quick, --output DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."

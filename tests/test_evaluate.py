@@ -15,8 +15,8 @@ import pytest
 
 from secure_orca.lab import launcher as lb
 from secure_orca.lab.evaluate import request_hpack
-from secure_orca.lab.markdown import render_markdown
-from secure_orca.lab.options import OPTIONS
+from secure_orca.lab.markdown import noise, render_markdown
+from secure_orca.lab.options import OPTIONS, OUT_OF_BAND
 from secure_orca.lab.recommend import recommend
 from secure_orca.lab.results import Evaluation, Instructions, to_json
 
@@ -29,6 +29,7 @@ GRANTS = {
     "load-reader": "load only",
     "shared-secret": "load only",
     "front-proxy,shared-secret": "any identity",
+    "out-of-band": "load only",
 }
 
 
@@ -53,7 +54,8 @@ def check_cells(results: dict[str, Any], markdown: str, envoy: bool) -> None:
             assert cell["through_lb"]["verdict"] == "no-leak"
         for ratio in ("throughput_ratio", "p50_ratio", "p99_ratio"):
             assert cell["request_cost"][ratio]["median"] > 0
-        assert cell["hpack_response"]["marginal_bytes_per_response"] > 0
+        if option != OUT_OF_BAND:  # out of band no response carries a report
+            assert cell["hpack_response"]["marginal_bytes_per_response"] > 0
         assert cell["title"] in markdown
         assert cell["bypass"]["grants"] == GRANTS[option], option
     assert results["options"]["shared-secret"]["bypass"]["timing_p_value"] is not None
@@ -65,6 +67,7 @@ def check_cells(results: dict[str, Any], markdown: str, envoy: bool) -> None:
     )
     secret_line = next(line for line in results["recommendation"] if "secret travels" in line)
     assert str(results["options"]["shared-secret"]["hpack_request_bytes"]) in secret_line
+    check_out_of_band(results, markdown, envoy)
 
 
 # --- a recorded run (pure) ---------------------------------------------------------------------------------
@@ -93,8 +96,10 @@ def test_recorded_run_fills_every_cell_with_instruction_counts(recorded: tuple[d
     assert isinstance(results.instructions, Instructions)
     for option in OPTIONS:
         counted = results.instructions.options[option]
-        assert counted.per_request_on > counted.per_request_off > 0
-        assert counted.request_ratio.median > 1
+        assert counted.per_request_on > 0 and counted.per_request_off > 0
+        if option != OUT_OF_BAND:  # out of band no request opts in (x0.9992 in a full run): check_out_of_band
+            assert counted.per_request_on > counted.per_request_off
+            assert counted.request_ratio.median > 1
     assert results.instructions.connection.ratio.median > 1  # the certificate costs instructions
     assert any("instructions under callgrind" in line for line in results.recommendation)
 
@@ -142,3 +147,77 @@ def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
     assert "Instruction counts were not taken (--no-instructions was given)" in markdown
     # no secret of the run leaked into the outputs
     assert "secret=" not in markdown and "secret=" not in (tmp_path / "evaluation.json").read_text()
+
+
+# --- option 4, the out-of-band stream -----------------------------------------------------------------------
+
+
+def check_out_of_band(results: dict[str, Any], markdown: str, envoy: bool) -> None:
+    """Option 4's own figures are filled and its sentence cites them."""
+    cell = results["options"][OUT_OF_BAND]
+    oob = cell["out_of_band"]
+    assert "hpack_response" not in cell and cell["hpack_request_bytes"] == 0  # the data path carries nothing
+    assert oob["tls_bytes_per_report"] > oob["grpc_bytes_per_report"] > 0
+    assert [w["rps"] for w in oob["wire"]] == [1, 10, 100, 1000]
+    in_band = [w["in_band_bytes_per_s"] for w in oob["wire"]]
+    assert in_band == sorted(in_band) and {w["out_of_band_bytes_per_s"] for w in oob["wire"]} == {
+        round(oob["tls_bytes_per_report"] / oob["period"], 1)}  # fmt: skip
+    paths = [(s["path"], s["lb_rps"]) for s in oob["staleness"]]
+    rates = results["settings"]["stale_rates"] if envoy else []
+    assert paths == [(path, rate) for rate in rates for path in ("in-band", "out-of-band")]
+    (line,) = [line for line in results["recommendation"] if line.startswith(cell["title"] + ":")]
+    assert f"{oob['tls_bytes_per_report']} bytes on the wire per report" in line
+    for s in oob["staleness"]:
+        assert (
+            f"{s['seconds']} s {s['path'].replace('-', ' ')}" if s["moved"] else f"not within {oob['bound']:g}"
+        ) in line
+    counted = results["instructions"]
+    if "missing" not in counted:
+        per_report = counted["oob_report"]["per_report"]["median"]
+        assert per_report > 0 and f"{per_report:,.0f} instructions and" in line
+        ratios = {o: counted["options"][o]["request_ratio"]["median"] for o in OPTIONS}
+        assert ratios[OUT_OF_BAND] < ratios["load-reader"]  # same replica and certificate, no in-band report
+    assert "## 4. Out of band" in markdown
+
+
+def test_recorded_run_with_option_4_renders_as_written(recorded: tuple[dict[str, Any], str]) -> None:
+    document, markdown = recorded
+    results = Evaluation.from_json(document)
+    assert to_json(results) == document
+    assert recommend(results) == document["recommendation"]
+    assert render_markdown(results) == markdown
+    check_out_of_band(document, markdown, envoy=True)
+
+
+def test_option_4_sentence_follows_the_recorded_figures(recorded: tuple[dict[str, Any], str]) -> None:
+    """A changed figure changes option 4's sentence and its clause in the recommendation."""
+    document = json.loads(json.dumps(recorded[0]))
+    oob = document["options"][OUT_OF_BAND]["out_of_band"]
+    oob["tls_bytes_per_report"] = 9999.9
+    for s in oob["staleness"]:
+        s |= (
+            {"seconds": oob["bound"], "moved": False}
+            if s["path"] == "out-of-band"
+            else {"seconds": 0.25, "moved": True}
+        )
+    text = recommend(Evaluation.from_json(document))
+    (line,) = [line for line in text if line.startswith("4. out-of-band stream (certificate):")]
+    assert "9999.9 bytes on the wire per report" in line
+    assert f"not within {oob['bound']:g} s out of band against 0.25 s in band" in line
+    assert "fresher weights" not in text[-1] and "but staler weights than in band" in text[-1]
+
+
+def test_wall_clock_cells_print_only_what_resolves(recorded: tuple[dict[str, Any], str]) -> None:
+    """A wall-clock ratio no farther from 1 than the A/A control's is printed as 'does not resolve'."""
+    results = Evaluation.from_json(recorded[0])
+    rows: dict[str, list[str]] = {}
+    for line in recorded[1].splitlines():  # the matrix comes first; the burden table repeats the titles
+        if line.startswith("| ") and " | " in line:
+            rows.setdefault(line.split(" | ")[0].removeprefix("| "), line.split(" | "))
+    for option in OPTIONS:
+        cell = results.options[option]
+        for column, key in ((5, "throughput_ratio"), (6, "p99_ratio")):
+            ratio, control = getattr(cell.request_cost, key), getattr(results.control, key)
+            resolves = abs(ratio.median - 1) > noise(control)
+            assert rows[cell.title][column] == (str(ratio.median) if resolves else "does not resolve")
+    assert not any("noise bound" in line for line in results.recommendation)

@@ -1,12 +1,16 @@
-"""Evaluate KEP-6315's three options side by side, measured on this machine: a development PKI in a temporary
-directory, one local replica per option (plus one with the feature off as the baseline), Envoy in front when the
-``envoy`` extra is installed, and for each option:
+"""Evaluate KEP-6315's three options (with 2b, the load-reader certificate, and the combination 2 or 3) and
+option 4, out-of-band reports on a StreamCoreMetrics stream entitled by the load-reader certificate, side by side,
+measured on this machine: a development PKI in a temporary directory, one local replica per option (plus one with
+the feature off as the baseline), Envoy in front when the ``envoy`` extra is installed, and for each option:
 
 - exposure: ``secure-orca probe`` as a client that bypasses the load balancer, and as one that goes through it;
 - cost: instructions per request against the feature-off replica and per new TLS connection with the
   front-proxy certificate against none (callgrind, deterministic; skipped without valgrind), HPACK bytes per
   response (wire) and per request (the opt-in, replayed); wall-clock requests/s and p99 ratios as a secondary
-  column beside their A/A control;
+  column, shown only where they resolve beyond their A/A control;
+- option 4: instructions and bytes on the wire per streamed report against the in-band HPACK bytes at 1 to 1,000
+  requests/s, and staleness with Envoy (how long a load step takes to move the weight, in band against out of
+  band, same load);
 - burden: what must be configured and rotated on each side.
 
 Prints the matrix and writes evaluation.md and evaluation.json to --output.
@@ -28,7 +32,7 @@ from secure_orca.lab.evaluate import evaluate, log
 from secure_orca.lab.markdown import HEADER, matrix_rows, table
 from secure_orca.lab.results import to_json
 
-HELP = "measure the three options of KEP-6315 side by side (the project's main job)"
+HELP = "measure the options of KEP-6315 and the out-of-band stream side by side (the project's main job)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

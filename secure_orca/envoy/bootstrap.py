@@ -42,6 +42,7 @@ from secure_orca.orca.headers import REPORT_JSON as HEADER_JSON
 from secure_orca.orca.optin import header_value
 
 OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only", "load-reader")
+OOB_SERVICE_PREFIX = "/xds.service.orca.v3.OpenRcaService/"  # no client of the load balancer may call it
 OOB_OPTIONS = ("front-proxy", "load-reader")  # the out-of-band stream is entitled by the certificate alone
 POLICIES = ("cswrr", "round-robin")
 SECRET_DELIVERIES = ("sds", "inline")
@@ -425,9 +426,16 @@ def routes(config: LBConfig) -> list[dict[str, Any]]:
     """Two catch-all routes that differ only in what they retry: safe methods also after a reset of a request
     already sent (hypercorn drops the streams in flight when it closes a connection at its request limit);
     every other method only when the upstream provably did not process it. Both set the opt-in header and
-    remove the ORCA headers."""
+    remove the ORCA headers. Before them, Envoy answers 404 itself to StreamCoreMetrics and to any gRPC call
+    (kube-apiserver serves none to clients): forwarded, it would carry Envoy's own client certificate, which is
+    what entitles the stream (tests/hostile/test_envoy_oob_path.py). The replica serves the stream only to a
+    gRPC content type, so the second match holds however the path is spelled."""
     safe = {"headers": [{"name": ":method", "string_match": {"safe_regex": {"regex": "|".join(SAFE_METHODS)}}}]}
-    return [_route(config, {"prefix": "/", **safe}, f"{RETRY_ON},reset"), _route(config, {"prefix": "/"}, RETRY_ON)]
+    grpc_type = {"name": "content-type", "string_match": {"prefix": "application/grpc", "ignore_case": True}}
+    grpc = {"prefix": "/", "headers": [grpc_type]}
+    refuse = [{"match": m, "direct_response": {"status": 404}} for m in ({"prefix": OOB_SERVICE_PREFIX}, grpc)]
+    return [*refuse, _route(config, {"prefix": "/", **safe}, f"{RETRY_ON},reset"),
+            _route(config, {"prefix": "/"}, RETRY_ON)]  # fmt: skip
 
 
 def _route(config: LBConfig, match: dict[str, Any], retry_on: str) -> dict[str, Any]:

@@ -16,17 +16,18 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import hpack
 
 from secure_orca import pki
 from secure_orca.hpackcost import wire as hpack_wire
-from secure_orca.lab import instrcount, loadgen
+from secure_orca.lab import instrcount, loadgen, oobcost
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.instrcost import instruction_cost, off_flags
 from secure_orca.lab.markdown import render_markdown
-from secure_orca.lab.options import BURDEN, OPTIONS, TITLES
+from secure_orca.lab.options import BURDEN, OPTIONS, OUT_OF_BAND, TITLES, auth_mode
 from secure_orca.lab.recommend import recommend
 from secure_orca.lab.results import (
     Evaluation,
@@ -39,11 +40,14 @@ from secure_orca.lab.results import (
     Machine,
     NotMeasured,
     OptionResult,
+    OutOfBand,
     RequestCost,
     Settings,
     Spread,
+    WireRate,
     to_json,
 )
+from secure_orca.lab.staleness import OOB_PERIOD, STEP_LABEL, staleness
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.optin import header_value
 from secure_orca.probe.audit import ProbeConfig, ProbeResult, probe
@@ -59,6 +63,8 @@ def lb_identity(dev: pki.DevPKI, option: str) -> loadgen.Identity:
         return loadgen.Identity("lb", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
     if option == "load-reader":
         return loadgen.Identity("lb", dev.cert("load_reader_client"), dev.key("load_reader_client"), "TEXT")
+    if option == OUT_OF_BAND:  # its requests carry no opt-in: the reports come on the stream
+        return loadgen.Identity("lb", dev.cert("load_reader_client"), dev.key("load_reader_client"))
     if option == "shared-secret":
         return loadgen.Identity("lb", optin=header_value(secret=secret_of(dev)))
     return loadgen.Identity("lb", optin="TEXT")
@@ -72,13 +78,13 @@ def probe_config(dev: pki.DevPKI, option: str, samples: int, control_url: str | 
     role = None
     if "front-proxy" in option:
         role = "front_proxy_client"
-    elif option == "load-reader":
+    elif auth_mode(option) == "load-reader":
         role = "load_reader_client"
     return ProbeConfig(
         cacert=dev.cert("ca"),
         lb_cert=dev.cert(role) if role else None,
         lb_key=dev.key(role) if role else None,
-        lb_load_reader=option == "load-reader",
+        lb_load_reader=auth_mode(option) == "load-reader",
         lb_secret=secret_of(dev) if "shared-secret" in option else None,
         client_cert=dev.cert("user"),
         client_key=dev.key("user"),
@@ -201,7 +207,7 @@ def replicas_for(dev: pki.DevPKI) -> Iterator[dict[str, launch.Replica]]:
     GOAWAY refuses as failed requests, which ends the run."""
     names = ["off", *OPTIONS]
     keep = ["--max-requests-per-connection", str(2**31)]
-    flags = [off_flags(dev), *(lb.replica_flags(dev, o) for o in OPTIONS)]
+    flags = [off_flags(dev), *(lb.replica_flags(dev, auth_mode(o)) for o in OPTIONS)]
     argvs = [launch.serve_argv(dev, [*f, *keep]) for f in flags]
     with launch.replicas(argvs) as started:
         yield dict(zip(names, started, strict=True))
@@ -209,9 +215,11 @@ def replicas_for(dev: pki.DevPKI) -> Iterator[dict[str, launch.Replica]]:
 
 def through_lb(dev: pki.DevPKI, option: str) -> Exposure:
     """Envoy in front of one replica of ``option``: the probe goes through Envoy; its positive control goes to
-    the replica directly (Envoy strips the reports it would otherwise see)."""
-    argv = launch.serve_argv(dev, lb.replica_flags(dev, option))
-    with lb.deployment(dev, [argv], option=option) as deployed:
+    the replica directly (Envoy strips the reports it would otherwise see). Option 4's Envoy reads the reports
+    out of band (``envoy-config --out-of-band``) and sends no opt-in."""
+    argv = launch.serve_argv(dev, lb.replica_flags(dev, auth_mode(option)))
+    oob: dict[str, Any] = {"oob_period": OOB_PERIOD} if option == OUT_OF_BAND else {}
+    with lb.deployment(dev, [argv], option=auth_mode(option), **oob) as deployed:
         replica = deployed.replicas[0]
         result = probe(deployed.envoy.url, probe_config(dev, option, 0, control_url=replica.url))
         weights = [h.weight for h in deployed.envoy.clusters()]
@@ -231,7 +239,7 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="secure-orca-eval-")))
         dev = pki.generate(root / "pki")
-        log(f"development PKI in {root} (removed at the end); starting 5 replicas")
+        log(f"development PKI in {root} (removed at the end); starting {len(OPTIONS) + 1} replicas")
         reps = stack.enter_context(replicas_for(dev))
         for option in OPTIONS:
             log(f"{TITLES[option]}: probing as a client that bypasses the load balancer")
@@ -252,6 +260,8 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
         handshake = handshake_cost(reps["front-proxy"], dev, settings, root)
         log("HPACK bytes of the report on real connections")
         response = response_hpack(reps["front-proxy"], dev, settings)
+        log(f"{TITLES[OUT_OF_BAND]}: bytes on the wire per report, staleness in band against out of band")
+        out_of_band = oob_figures(dev, settings, use_envoy)
         missing = instrcount.valgrind_available() if count_instructions else "--no-instructions was given"
         if missing is None:
             log(f"instruction counts under callgrind ({settings.instr_repeats} layouts, /healthz)")
@@ -270,7 +280,8 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
             request_cost=costs[o],
             hpack_request_bytes=request_bytes[o],
             handshake=handshake if "front-proxy" in o else no_handshake,
-            hpack_response=response,
+            hpack_response=None if o == OUT_OF_BAND else response,
+            out_of_band=out_of_band if o == OUT_OF_BAND else None,
         )
         for o in OPTIONS
     }
@@ -279,6 +290,26 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
     results = replace(results, recommendation=recommend(results))
     write(results, output)
     return results
+
+
+WIRE_RATES = (1.0, 10.0, 100.0, 1000.0)  # requests/s on one load-balancer connection
+
+
+def oob_figures(dev: pki.DevPKI, settings: Settings, use_envoy: bool) -> OutOfBand:
+    """Option 4's own figures: bytes per streamed report on a real connection (``oobcost.wire_bytes``) against
+    the in-band report's HPACK bytes at WIRE_RATES, and staleness in band against out of band with Envoy."""
+    wire = oobcost.wire_bytes(settings.oob_reports, 0.1)
+    tls = wire["tls_bytes_per_report"]
+    in_band = oobcost.in_band_bytes_per_s(WIRE_RATES)
+    rates = [WireRate(r, round(b, 1), round(tls / OOB_PERIOD, 1)) for r, b in zip(WIRE_RATES, in_band, strict=True)]
+    stale = []
+    if use_envoy:
+        for rps in settings.stale_rates:
+            for out_of_band in (False, True):
+                stale.append(staleness(dev, out_of_band, rps, settings.stale_bound))
+                log(f"staleness: {stale[-1]}")
+    return OutOfBand(OOB_PERIOD, round(tls, 1), round(wire["grpc_bytes_per_report"], 1), rates, STEP_LABEL,
+                     settings.stale_bound, stale)  # fmt: skip
 
 
 def write(results: Evaluation, output: Path) -> None:

@@ -1,6 +1,7 @@
 """The evaluation's cost column in instructions: each option's replica against the feature-off one under
 callgrind (``secure_orca.lab.instrcount``), per request with the load balancer's identity, and per new TLS
-connection with the front-proxy certificate against none."""
+connection with the front-proxy certificate against none, and per streamed out-of-band report
+(``oobcost.report_instructions``, one memory layout per repeat)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from secure_orca import pki
-from secure_orca.lab import instrcount, loadgen
+from secure_orca.lab import instrcount, loadgen, oobcost
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
-from secure_orca.lab.options import OPTIONS
-from secure_orca.lab.results import InstrConnection, InstrOption, Instructions, Settings, Spread
+from secure_orca.lab.options import OPTIONS, auth_mode
+from secure_orca.lab.results import InstrConnection, InstrOption, InstrReport, Instructions, Settings, Spread
 
 INSTR_PATH = "/healthz"  # the cheapest route: the feature's share of a request is largest there
 
@@ -38,7 +39,7 @@ def instruction_cost(
     no_cert = loadgen.Identity("lb", optin="TEXT")
     totals: dict[str, int] = {}
     for repeat in range(s.instr_repeats):
-        for name, flags in [("off", off_flags(dev)), *((o, lb.replica_flags(dev, o)) for o in OPTIONS)]:
+        for name, flags in [("off", off_flags(dev)), *((o, lb.replica_flags(dev, auth_mode(o))) for o in OPTIONS)]:
             clients = dict(identities) if name == "off" else {name: identities[name]}
             args = instrcount.serve_args(launch.serve_argv(dev, flags))
             server_key = "off" if name == "off" else str(OPTIONS.index(name))  # labels: no commas of option names
@@ -81,4 +82,6 @@ def instruction_cost(
         without=round(none.median),
         spread=round(max(cert.spread, none.spread), 5),
     )
-    return Instructions(INSTR_PATH, s.instr_requests, s.instr_baseline, s.instr_repeats, options, connection)
+    per_report = [v for r in range(s.instr_repeats) for v in oobcost.report_instructions(s.oob_long, s.oob_short, 1, r)]
+    report = InstrReport(Spread.of(per_report, 0), s.oob_long, s.oob_short)
+    return Instructions(INSTR_PATH, s.instr_requests, s.instr_baseline, s.instr_repeats, options, connection, report)

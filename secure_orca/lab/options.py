@@ -3,14 +3,24 @@ in the matrix, and what each asks of the operator (pure data)."""
 
 from __future__ import annotations
 
-OPTIONS = ("header-only", "front-proxy", "load-reader", "shared-secret", "front-proxy,shared-secret")
+OPTIONS = ("header-only", "front-proxy", "load-reader", "shared-secret", "front-proxy,shared-secret", "out-of-band")
+OUT_OF_BAND = "out-of-band"  # option 4: no in-band report; StreamCoreMetrics entitled by the load-reader certificate
 TITLES = {
     "header-only": "1. header only",
     "front-proxy": "2. front-proxy client certificate",
     "load-reader": "2b. load-reader client certificate",
     "shared-secret": "3. shared secret",
     "front-proxy,shared-secret": "2 or 3 (either grants)",
+    "out-of-band": "4. out-of-band stream (certificate)",
 }
+
+
+def auth_mode(option: str) -> str:
+    """The replica's ``--endpoint-load-metrics-auth`` for ``option``: option 4's replica is in load-reader mode
+    (the stream is served in certificate modes) and its load balancer never opts in."""
+    return "load-reader" if option == OUT_OF_BAND else option
+
+
 BURDEN = {
     "header-only": {
         "server": "feature gate + --enable-endpoint-load-metrics",
@@ -43,5 +53,15 @@ BURDEN = {
         "load balancer": "either credential",
         "rotate": "whichever is in use (both while migrating)",
         "if misconfigured": "as the weaker of the two: a leaked secret grants",
+    },
+    "out-of-band": {
+        "server": "option 2b's flags; the stream is on with them (--endpoint-load-metrics-oob, floor "
+        "--endpoint-load-metrics-oob-min-interval 1s)",
+        "load balancer": "CSWRR with enable_oob_load_report and oob_reporting_period (Envoy 1.40, `secure-orca "
+        "envoy-config --out-of-band`), the load-reader certificate upstream; no opt-in; strip ORCA headers",
+        "rotate": "load-reader certificate and CA, with overlap; reloaded live (a removed entitlement ends the "
+        "open stream)",
+        "if misconfigured": "no reports (a status on the stream; the weights fall back); never a leak, never an "
+        "identity",
     },
 }

@@ -47,16 +47,23 @@ class Settings:
     instr_baseline: int  # ... minus the short one
     instr_repeats: int  # one memory layout each
     instr_connections: int  # new connections in the per-connection window
+    oob_reports: int = 0  # out of band: reports read to count bytes on the wire
+    oob_long: int = 0  # instructions per streamed report: the long window (reports) ...
+    oob_short: int = 0  # ... minus the short one
+    stale_rates: tuple[float, ...] = ()  # staleness: load-balanced requests/s through Envoy
+    stale_bound: float = 0.0  # staleness: seconds waited at most for the weight to move
 
     @classmethod
     def make(cls, quick: bool) -> Settings:
         if quick:
             return cls(rounds=1, duration=1.0, connections=4, streams=10, handshakes=40, timing_samples=60,
                        hpack_duration=2.0, hpack_rate=20.0, instr_requests=120, instr_baseline=40,
-                       instr_repeats=1, instr_connections=3)  # fmt: skip
+                       instr_repeats=1, instr_connections=3, oob_reports=10, oob_long=20, oob_short=5,
+                       stale_rates=(2.0,), stale_bound=8.0)  # fmt: skip
         return cls(rounds=3, duration=4.0, connections=8, streams=10, handshakes=200, timing_samples=400,
                    hpack_duration=8.0, hpack_rate=20.0, instr_requests=600, instr_baseline=100,
-                   instr_repeats=3, instr_connections=12)  # fmt: skip
+                   instr_repeats=3, instr_connections=12, oob_reports=50, oob_long=40, oob_short=10,
+                   stale_rates=(2.0, 20.0), stale_bound=15.0)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,47 @@ class HpackResponse:
 
 
 @dataclass(frozen=True)
+class Staleness:
+    """Seconds from a load step on one replica until Envoy's weight for it halved (secure_orca/lab/staleness.py)."""
+
+    path: str  # in-band or out-of-band
+    lb_rps: float  # load-balanced requests per second through Envoy (both replicas)
+    seconds: float  # the bound when the weight did not move
+    moved: bool
+    weight_before: float
+    weight_after: float
+    report_period: float | None = field(default=None, metadata=OMIT_NONE)  # out of band: the stream's period
+
+
+@dataclass(frozen=True)
+class WireRate:
+    """Bytes per second on one load-balancer connection at one request rate: the in-band report's HPACK bytes
+    (modelled) against the stream's (measured per report, divided by the period)."""
+
+    rps: float
+    in_band_bytes_per_s: float
+    out_of_band_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class OutOfBand:
+    """Option 4's own figures: the stream on the wire, and staleness in band against out of band."""
+
+    period: float  # the stream's report period (Envoy's oob_reporting_period)
+    tls_bytes_per_report: float  # ciphertext read per report, TLS records included
+    grpc_bytes_per_report: float
+    wire: list[WireRate]
+    step: str  # the load step of the staleness measurement
+    bound: float  # seconds a staleness measurement waits at most
+    staleness: list[Staleness]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> OutOfBand:
+        wire = [WireRate(**w) for w in d["wire"]]
+        return cls(**{**d, "wire": wire, "staleness": [Staleness(**s) for s in d["staleness"]]})
+
+
+@dataclass(frozen=True)
 class OptionResult:
     """One row of the matrix."""
 
@@ -154,7 +202,8 @@ class OptionResult:
     request_cost: RequestCost
     hpack_request_bytes: float
     handshake: Handshake
-    hpack_response: HpackResponse
+    hpack_response: HpackResponse | None = field(metadata=OMIT_NONE)  # None: no response carries a report
+    out_of_band: OutOfBand | None = field(default=None, metadata=OMIT_NONE)  # option 4 only
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> OptionResult:
@@ -167,7 +216,8 @@ class OptionResult:
             request_cost=RequestCost.from_json(d["request_cost"]),
             hpack_request_bytes=d["hpack_request_bytes"],
             handshake=Handshake.from_json(d["handshake"]),
-            hpack_response=HpackResponse(**d["hpack_response"]),
+            hpack_response=HpackResponse(**d["hpack_response"]) if "hpack_response" in d else None,
+            out_of_band=OutOfBand.from_json(d["out_of_band"]) if "out_of_band" in d else None,
         )
 
 
@@ -192,6 +242,15 @@ class InstrConnection:
 
 
 @dataclass(frozen=True)
+class InstrReport:
+    """Instructions per streamed out-of-band report: a window of ``long`` reports minus one of ``short``."""
+
+    per_report: Spread
+    long: int
+    short: int
+
+
+@dataclass(frozen=True)
 class Instructions:
     path: str
     requests: int
@@ -199,6 +258,7 @@ class Instructions:
     repeats: int
     options: dict[str, InstrOption]
     connection: InstrConnection
+    oob_report: InstrReport | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Instructions:
@@ -207,7 +267,9 @@ class Instructions:
         }
         c = d["connection"]
         connection = InstrConnection(**{**c, "ratio": Spread(**c["ratio"])})
-        return cls(d["path"], d["requests"], d["baseline"], d["repeats"], options, connection)
+        r = d.get("oob_report")
+        report = InstrReport(**{**r, "per_report": Spread(**r["per_report"])}) if r else None
+        return cls(d["path"], d["requests"], d["baseline"], d["repeats"], options, connection, report)
 
 
 @dataclass(frozen=True)
@@ -232,7 +294,7 @@ class Evaluation:
     def from_json(cls, d: dict[str, Any]) -> Evaluation:
         counted = d["instructions"]
         return cls(
-            settings=Settings(**d["settings"]),
+            settings=Settings(**{**d["settings"], "stale_rates": tuple(d["settings"].get("stale_rates", ()))}),
             envoy=d["envoy"],
             machine=Machine(**d["machine"]),
             options={o: OptionResult.from_json(v) for o, v in d["options"].items()},

@@ -1,0 +1,172 @@
+"""What the out-of-band stream (StreamCoreMetrics) costs, measured on a real ``serve``: bytes on the wire per report
+(ciphertext read through a MemoryBIO, HTTP/2 frames, gRPC messages), instructions per streamed report under
+callgrind, and, for comparison, the in-band report's HPACK bytes per second from ``secure_orca.hpackcost.model``.
+Used by ``secure-orca evaluate`` (option 4) and by ``benchmarks/oob_wire.py`` and ``benchmarks/oob_instructions.py``
+(docs/out-of-band.md)."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import statistics
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import h2.config
+import h2.connection
+import h2.events
+
+from secure_orca import pki
+from secure_orca.hpackcost.model import Scenario, simulate
+from secure_orca.lab import instrcount
+from secure_orca.lab import launcher as lb
+from secure_orca.lab import replicas as launch
+from secure_orca.orca import oob
+
+
+class CountingTLS:
+    """A client TLS connection over a MemoryBIO: ``received`` counts ciphertext bytes read from the socket."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext) -> None:
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname="localhost")
+        self.received = 0
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._pump()
+        self._flush()
+
+    def _flush(self) -> None:
+        data = self.outgoing.read()
+        if data:
+            self.sock.sendall(data)
+
+    def _pump(self) -> None:
+        self._flush()
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed")
+        self.received += len(data)
+        self.incoming.write(data)
+
+    def send(self, data: bytes) -> None:
+        self.tls.write(data)
+        self._flush()
+
+    def recv(self) -> bytes:
+        while True:
+            try:
+                return self.tls.read(65536)
+            except ssl.SSLWantReadError:
+                self._pump()
+
+
+def load_reader_context(dev: pki.DevPKI) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(dev.cert("ca")))
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.set_alpn_protocols(["h2"])
+    context.load_cert_chain(dev.cert("load_reader_client"), dev.key("load_reader_client"))
+    return context
+
+
+def open_stream(conn: CountingTLS, interval: float) -> tuple[h2.connection.H2Connection, int]:
+    """Call StreamCoreMetrics on ``conn`` asking for ``interval``; the HTTP/2 connection and the stream id."""
+    h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    h2c.initiate_connection()
+    stream = h2c.get_next_available_stream_id()
+    headers = [(b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"localhost"),
+               (b":path", oob.PATH_BYTES), (b"content-type", b"application/grpc"), (b"te", b"trailers")]  # fmt: skip
+    h2c.send_headers(stream, headers)
+    h2c.send_data(stream, oob.request_frame(interval), end_stream=True)
+    conn.send(h2c.data_to_send())
+    return h2c, stream
+
+
+def read_reports(host: str, port: int, dev: pki.DevPKI, count: int) -> None:
+    """One stream on a new connection with the load-reader certificate: ``count`` reports at the 10 ms floor,
+    then cancel and close."""
+    conn = CountingTLS(host, port, load_reader_context(dev))
+    h2c, stream = open_stream(conn, 0.01)
+    got = 0
+    while got < count:
+        for event in h2c.receive_data(conn.recv()):
+            if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
+                h2c.acknowledge_received_data(event.flow_controlled_length, stream)
+                got += 1
+        conn.send(h2c.data_to_send())
+    h2c.reset_stream(stream)
+    h2c.close_connection()
+    conn.send(h2c.data_to_send())
+    conn.sock.close()
+
+
+def wire_bytes(reports: int, interval: float) -> dict[str, float]:
+    """Bytes per streamed report on one real TLS 1.3 connection with the load-reader certificate (a replica in
+    load-reader mode, its floor at ``interval``): after the first report, so they hold at any interval."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dev = pki.generate(Path(tmp))
+        floor = f"{int(interval * 1000)}ms"
+        flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", floor)
+        with launch.replicas([launch.serve_argv(dev, flags)]) as (replica,):
+            conn = CountingTLS(replica.host, replica.port, load_reader_context(dev))
+            h2c, stream = open_stream(conn, interval)
+            started_at = None  # ciphertext bytes when the first report arrived
+            frame_bytes, messages = 0, list[int]()
+            while len(messages) < reports:
+                for event in h2c.receive_data(conn.recv()):
+                    if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
+                        h2c.acknowledge_received_data(event.flow_controlled_length, stream)
+                        if started_at is None:
+                            started_at = conn.received
+                        else:
+                            frame_bytes += 9 + len(event.data)
+                        messages.append(len(event.data) - oob.PREFIX_SIZE)
+                conn.send(h2c.data_to_send())
+            conn.sock.close()
+            assert started_at is not None
+            counted = len(messages) - 1  # the reports after the first one, whose bytes are all on the wire
+            return {
+                "reports": counted,
+                "message_bytes_median": statistics.median(messages[1:]),
+                "message_bytes_min": min(messages[1:]),
+                "message_bytes_max": max(messages[1:]),
+                "grpc_bytes_per_report": statistics.mean(messages[1:]) + oob.PREFIX_SIZE,
+                "http2_bytes_per_report": frame_bytes / counted,  # DATA frames; WINDOW_UPDATEs go the other way
+                "tls_bytes_per_report": (conn.received - started_at) / counted,  # ciphertext, records included
+            }
+
+
+def report_instructions(long: int, short: int, repeats: int, layout: int = 0) -> list[float]:
+    """Instructions per streamed report, one value per repeat: on the pinned counted server (10 ms floor), a
+    window reading ``long`` reports minus one reading ``short``, over the difference. Opening the connection and
+    the stream, cancelling and closing cancel out; the pinned sampler never ticks, so serializing a sample (once
+    per sample, shared by every stream) is not in the figure."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        dev = pki.generate(work / "pki")
+        flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", "10ms")
+        args = instrcount.serve_args(launch.serve_argv(dev, flags, demo_work=False))
+        with instrcount.counted_server(args, work / "callgrind.out", layout=layout) as server:
+            server.control("--instr=on")
+            read_reports(server.host, server.port, dev, short)  # warm-up: imports and first-use caches
+            for r in range(repeats):
+                for label, count in (("long", long), ("short", short)):
+                    with server.window(f"oob,{label},{r}"):
+                        read_reports(server.host, server.port, dev, count)
+            totals = server.totals()
+        return [(totals[f"oob,long,{r}"] - totals[f"oob,short,{r}"]) / (long - short) for r in range(repeats)]
+
+
+IN_BAND_INTERVAL = 0.1  # the server's default sampling interval (serve --endpoint-load-metrics-interval)
+IN_BAND_DECIMALS = 2  # the server's default precision of the TEXT report
+
+
+def in_band_bytes_per_s(rates: Sequence[float]) -> list[float]:
+    """HPACK bytes per second the in-band report adds on one load-balancer connection at each request rate
+    (``secure-orca hpack model --intervals 0.1 --decimals 2 --mitigations none``; deterministic)."""
+    return [simulate(Scenario(rate=r, interval=IN_BAND_INTERVAL, decimals=IN_BAND_DECIMALS)).bytes_per_s for r in rates]

@@ -1,0 +1,95 @@
+"""Staleness, measured live with Envoy: how long a load step on one replica takes to move Envoy's weight for it.
+
+Two replicas (load-reader mode) behind Envoy 1.40 with CSWRR, load-balanced traffic at a fixed rate through Envoy,
+then a step: direct CPU load on one replica (``/work``, a few heavy requests per second, so the step raises the
+replica's utilization far more than its request rate). Envoy's weight for that replica is read from the admin
+``/clusters`` every POLL seconds; the staleness is the time from the step's start until the weight is at most half
+its value before the step, bounded. In band the replica's reports reach Envoy only on responses to the requests it
+routes there (the request rate sets the pace); out of band one StreamCoreMetrics stream per replica brings a
+report every period whatever the rate. Everything else is the same: replicas, Envoy timing, traffic, step.
+
+What /clusters shows (envoy 1.40, measured here): a host without a valid weight (in blackout, expired, or whose
+last report CSWRR refused, e.g. an idle replica's ``rps_fractional`` 0 out of band) gets the median of the valid
+weights, and 1 when no host has one. So a weight of 1 is no weight and never counts as moved."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from secure_orca import pki
+from secure_orca.envoy import bootstrap as envoy
+from secure_orca.lab import launcher as lb
+from secure_orca.lab import replicas as launch
+from secure_orca.lab.results import Staleness
+
+POLL = 0.05  # seconds between reads of Envoy's weights
+WARMUP = 4.0  # seconds of traffic before the step: the blackout period (1 s here) passes, weights settle
+BEFORE = 1.0  # seconds over which the weight before the step is read (median)
+STEP_CPU_MS, STEP_RPS = 100, 6  # the step: about 0.6 of a core on the loaded replica, 6 requests/s
+LB_CPU_MS = 3  # each load-balanced request
+OOB_PERIOD = 1.0  # the stream's period: the server's default floor and Envoy's default weight update period
+NO_WEIGHT = 1.0  # what /clusters shows when CSWRR holds no valid weight for any host (none is ever below it)
+STEP_LABEL = f"/work?cpu_ms={STEP_CPU_MS} at {STEP_RPS} rps on one of two replicas"
+
+
+@contextmanager
+def h2load(url: str, rps: float, seconds: float, clients: int = 1) -> Iterator[None]:
+    """h2load in the background: ``rps`` requests/s in total for ``seconds``, stopped on exit."""
+    per_client = max(1, round(rps / clients))
+    argv = ["h2load", f"-c{clients}", "-m1", f"--rps={per_client}", f"-D{max(1, round(seconds))}", url]
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def staleness(dev: pki.DevPKI, out_of_band: bool, lb_rps: float, bound: float) -> Staleness:
+    """One measurement: the seconds until the loaded replica's weight halves (``bound`` if it never did)."""
+    floor = f"{round(OOB_PERIOD * 1000)}ms"
+    flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", floor)
+    argvs = [launch.serve_argv(dev, flags) for _ in range(2)]
+    settings: dict[str, Any] = {"option": "load-reader", "timing": envoy.TEST_TIMING}
+    if out_of_band:
+        settings["oob_period"] = OOB_PERIOD
+    clients = 1 if lb_rps < 4 else 2
+    with lb.deployment(dev, argvs, **settings) as deployed:
+        hot = deployed.replicas[0]
+        traffic = f"{deployed.envoy.url}/work?cpu_ms={LB_CPU_MS}"
+        with h2load(traffic, lb_rps, WARMUP + BEFORE + bound + 2, clients):
+            time.sleep(WARMUP)
+            seen = []
+            end = time.monotonic() + BEFORE
+            while time.monotonic() < end:
+                seen.append(deployed.envoy.host(hot.port).weight)
+                time.sleep(POLL)
+            valid = [w for w in seen if w > NO_WEIGHT]
+            before = statistics.median(valid) if valid else 0.0  # 0: no weight to move, never moved
+            with h2load(f"{hot.url}/work?cpu_ms={STEP_CPU_MS}", STEP_RPS, bound + 1):
+                started = time.monotonic()
+                moved, weight = False, before
+                while (elapsed := time.monotonic() - started) < bound:
+                    weight = deployed.envoy.host(hot.port).weight
+                    if NO_WEIGHT < weight <= before / 2:
+                        moved = True
+                        break
+                    time.sleep(POLL)
+    return Staleness(
+        path="out-of-band" if out_of_band else "in-band",
+        lb_rps=lb_rps,
+        report_period=OOB_PERIOD if out_of_band else None,
+        seconds=round(elapsed if moved else bound, 2),
+        moved=moved,
+        weight_before=round(before, 1),
+        weight_after=round(weight, 1),
+    )
