@@ -71,7 +71,7 @@ def test_the_serving_pair_is_loaded_from_the_bytes_checked(dev: pki.DevPKI) -> N
 
 # Client commands hand their own client certificate to their TLS context by path (after the loader checked the
 # pair: loader.read_key_pair); the server's files never take that way.
-CLIENT_SIDE = {"probe/transport.py", "hpackcost/wire.py"}
+CLIENT_SIDE = {"probe/transport.py", "hpackcost/wire.py", "lab/oobcost.py"}
 
 
 def test_only_the_loader_opens_credential_files() -> None:

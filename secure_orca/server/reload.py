@@ -24,6 +24,7 @@ What a reload changes:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import threading
@@ -177,7 +178,8 @@ class Reloader:
                     result: list[Outcome] | BaseException = self.scan()
                 except Exception as error:  # reported on the loop, never lost in the thread
                     result = error
-                loop.call_soon_threadsafe(deliver, result)
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (shutdown): nobody waits
+                    loop.call_soon_threadsafe(deliver, result)
 
             threading.Thread(target=work, name="credential-reload", daemon=True).start()
             self._reading = reading
