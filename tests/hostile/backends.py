@@ -20,6 +20,11 @@ class Recorded:
     def paths(self) -> list[str]:
         return [path for _, path in self.requests]
 
+    def record(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        """Keep the request line's method and raw target, and every header as received."""
+        self.requests.append((handler.command, handler.path))
+        self.headers.append(list(handler.headers.items()))
+
 
 @contextmanager
 def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
@@ -45,8 +50,7 @@ def recording_backend() -> Iterator[tuple[str, Recorded]]:
         protocol_version = "HTTP/1.1"
 
         def answer(self) -> None:
-            recorded.requests.append((self.command, self.path))
-            recorded.headers.append(list(self.headers.items()))
+            recorded.record(self)
             self.read_body()
             for suffix, status in (("/nocontent", 204), ("/notmodified", 304)):
                 if self.path.endswith(suffix):
@@ -90,8 +94,7 @@ def stdlib_backend() -> Iterator[tuple[str, Recorded]]:
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
-            recorded.requests.append((self.command, self.path))
-            recorded.headers.append(list(self.headers.items()))
+            recorded.record(self)
             self.send_response(200)
             self.send_header("content-length", "8")
             self.end_headers()
@@ -119,8 +122,7 @@ def hostile_backend() -> Iterator[tuple[str, Recorded]]:
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
-            recorded.requests.append((self.command, self.path))
-            recorded.headers.append(list(self.headers.items()))
+            recorded.record(self)
             if self.path.endswith("/redirect"):
                 self.send_response(302)
                 port = self.server.server_address[1]  # type: ignore[index]  # an (host, port) tuple for TCP
