@@ -55,4 +55,5 @@ def test_every_subpackage_imports_from_the_wheel(wheel: Path, tmp_path: Path) ->
 def test_wheel_carries_the_package_data(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "secure_orca/lab/h2load_client_cert.c" in names
+    assert "secure_orca/envoy/identity.lua" in names  # the identity filter's program, read by envoy/bootstrap.py
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/"))]
