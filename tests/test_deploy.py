@@ -6,8 +6,10 @@ and the committed deploy/ is what the command generates. No cluster runs here.""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from secure_orca import pki
 from secure_orca.cli import build_parser
 from secure_orca.cli import deploy as deploy_cli
 from secure_orca.deploy import manifests as m
+from secure_orca.deploy import yamltext
 from secure_orca.server.sampler import parse_cpu_max, parse_memory_limit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,17 +53,20 @@ def generated(request: pytest.FixtureRequest, dev_pki: pki.DevPKI) -> tuple[str,
 def test_out_of_band_variant_reads_load_on_its_own_stream(dev_pki: pki.DevPKI, option: str) -> None:
     """envoy-config's out-of-band variant, deployed: CSWRR opens StreamCoreMetrics; no route asks for a report."""
     files = _generate(dev_pki.root, "--option", option, "--out-of-band", "1s")
-    bootstrap = _kind(_documents(files), "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]["envoy.yaml"]
-    assert '"enable_oob_load_report": true' in bootstrap and '"oob_reporting_period": "1s"' in bootstrap
-    assert '"key": "endpoint-load-metrics-request"' not in bootstrap
+    text = _kind(_documents(files), "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]["envoy.yaml"]
+    (bootstrap,) = yaml.safe_load_all(text)
+    (policy,) = bootstrap["static_resources"]["clusters"][0]["load_balancing_policy"]["policies"]
+    cswrr = policy["typed_extension_config"]["typed_config"]
+    assert cswrr["enable_oob_load_report"] is True and cswrr["oob_reporting_period"] == "1s"
+    assert "endpoint-load-metrics-request" not in text.replace("remove: endpoint-load-metrics-request", "")
 
 
 def test_schema_valid_for_kubernetes_1_37(generated: tuple[str, list[dict[str, Any]]]) -> None:
     _, docs = generated
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["Namespace", "Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "Deployment", "Service",
-         "PodDisruptionBudget"]
+        ["Namespace", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap", "Deployment",
+         "Service", "PodDisruptionBudget", "NetworkPolicy"]
     )  # fmt: skip
     for doc in docs:
         kubernetes_validate.validate(doc, "1.37.0", strict=True)
@@ -126,7 +132,8 @@ def _filenames(node: Any, key: str = "") -> set[str]:
         if key and isinstance(node.get(key), dict):
             return {node[key]["path"]}.union(*(_filenames(v, key) for k, v in node.items() if k != key))
         found = set() if key else {v for k, v in node.items() if k in ("filename", "path") and isinstance(v, str)}
-        return found.union(*(_filenames(v, key) for k, v in node.items() if key or k != "watched_directory"))
+        skip = ("match",) if key else ("watched_directory", "match")  # a route's match has a "path" too
+        return found.union(*(_filenames(v, key) for k, v in node.items() if k not in skip))
     if isinstance(node, list):
         return set().union(*(_filenames(v, key) for v in node))
     return set()
@@ -163,14 +170,19 @@ def test_envoy_accepts_the_bootstrap(generated: tuple[str, list[dict[str, Any]]]
                                   envoy_files.dev_credentials(dev_pki))  # fmt: skip
     data = _kind(docs, "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]
     mount = {s: f"{m.MOUNT}/{s.removeprefix('secure-orca-')}" for s in m.SECRETS}
-    files = {f"{mount[s]}/{k}": sources[s][k] for s in m.SECRETS for k in m.SECRETS[s][0]}
-    directories = sorted(mount.values(), key=len, reverse=True)
+    local = {f"{mount[s]}/{k}": sources[s][k] for s in m.SECRETS for k in m.SECRETS[s][0]}
+    local |= {directory: str(dev_pki.root) for directory in mount.values()}
+    local |= {f"{m.ENVOY_CONFIG}/{name}": str(tmp_path / name) for name in data} | {str(m.ENVOY_CONFIG): str(tmp_path)}
+
+    def moved(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: moved(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [moved(v) for v in node]
+        return local.get(node, node) if isinstance(node, str) else node
+
     for name, text in data.items():
-        for mounted, local in files.items():
-            text = text.replace(f'"{mounted}"', json.dumps(local))
-        for directory in directories:
-            text = text.replace(f'"{directory}"', json.dumps(str(dev_pki.root)))
-        (tmp_path / name).write_text(text.replace(f'"{m.ENVOY_CONFIG}', f'"{tmp_path}'))
+        (tmp_path / name).write_text(yamltext.dump([moved(doc) for doc in yamltext.load(text)]))
     ok, output = envoy_files.validate(tmp_path / "envoy.yaml", envoy)
     assert ok, output[-2000:]
 
@@ -193,6 +205,45 @@ def test_probes_and_disruption_budget(generated: tuple[str, list[dict[str, Any]]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     budget = _kind(docs, "PodDisruptionBudget", m.APP)["spec"]
     assert budget["selector"]["matchLabels"] == _kind(docs, "Deployment", m.APP)["spec"]["selector"]["matchLabels"]
+
+
+def test_envoy_readiness_is_its_admin_ready_through_its_own_listener(
+    generated: tuple[str, list[dict[str, Any]]],
+) -> None:
+    """kubelet probes GET /ready over HTTP on the ready port; the bootstrap's listener there routes /ready alone,
+    to the admin interface, which stays on loopback (tests/hostile/test_envoy_ready_listener.py runs it)."""
+    _, docs = generated
+    container = _kind(docs, "Deployment", m.LB)["spec"]["template"]["spec"]["containers"][0]
+    probe = container["readinessProbe"]["httpGet"]
+    assert (probe["path"], probe["scheme"]) == ("/ready", "HTTP")
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports[probe["port"]] == m.READY_PORT
+    (bootstrap,) = yamltext.load(_kind(docs, "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]["envoy.yaml"])
+    assert bootstrap["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+    (ready,) = [x for x in bootstrap["static_resources"]["listeners"] if x["address"]["socket_address"]["port_value"]
+                == m.READY_PORT]  # fmt: skip
+    assert ready == m.ready_listener(m.READY_PORT)
+    (admin,) = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == m.ADMIN_CLUSTER]
+    endpoint = admin["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+    assert endpoint == bootstrap["admin"]["address"]["socket_address"]
+
+
+def _config_hash(docs: list[dict[str, Any]]) -> tuple[str, str]:
+    """(the Pod template's annotation, the hash of the ConfigMap's data as written)."""
+    template = _kind(docs, "Deployment", m.LB)["spec"]["template"]
+    data = _kind(docs, "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return template["metadata"]["annotations"][m.CONFIG_HASH], digest
+
+
+def test_a_configuration_change_rolls_envoy(dev_pki: pki.DevPKI) -> None:
+    """The LB's Pod template carries the hash of its ConfigMap: a different bootstrap, a different template."""
+    before = _config_hash(_documents(_generate(dev_pki.root)))
+    after = _config_hash(_documents(_generate(dev_pki.root, "--requestheader-extra-headers-prefix", "X-Extra-")))
+    assert before[0] == before[1] and after[0] == after[1]
+    assert before[0] != after[0]
+    committed = [doc for name in ("envoy.yaml",) for doc in yamltext.load((ROOT / "deploy" / name).read_text())]
+    assert _config_hash(committed)[0] == _config_hash(committed)[1]
 
 
 def test_no_key_material(dev_pki: pki.DevPKI) -> None:
@@ -218,10 +269,15 @@ def test_refusals(dev_pki: pki.DevPKI, flags: list[str], message: str) -> None:
         _generate(dev_pki.root, *flags)
 
 
-def test_committed_deploy_is_what_the_command_generates(dev_pki: pki.DevPKI) -> None:
-    """deploy/ was written by `secure-orca deploy` with its defaults (certs/ as the PKI)."""
-    files = _generate(dev_pki.root)
+def test_committed_deploy_is_what_the_command_generates(
+    dev_pki: pki.DevPKI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deploy/ was written by `secure-orca deploy` with its defaults, run where certs/ holds the PKI."""
+    shutil.copytree(dev_pki.root, tmp_path / "certs")
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["deploy"])
+    files = deploy_cli.generate(args)
+    assert sorted(files) == sorted(p.name for p in (ROOT / "deploy").iterdir())
     for name, text in files.items():
-        committed = (ROOT / "deploy" / name).read_text()
-        assert committed == text.replace(str(dev_pki.root), "certs"), name
+        assert (ROOT / "deploy" / name).read_text() == text, name
     assert json.loads(json.dumps(_documents(files)))  # plain data throughout

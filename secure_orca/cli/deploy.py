@@ -3,16 +3,16 @@ PodDisruptionBudget) behind Envoy (Deployment, Service, PodDisruptionBudget, its
 
 Takes every flag of `secure-orca envoy-config` (the bootstrap is built by the same code, then moved to the paths
 where the Pods mount their Secrets; the replicas are found through the Service, so --upstream is not given).
-The manifests hold no key material: Secrets are referenced by name and create-secrets.sh holds the
-`kubectl create secret` lines that fill them from the local files the flags name (default: the development PKI).
+The manifests hold no key material: Secrets are referenced by name and create-secrets.sh creates or updates them
+from the local files the flags name (default: the development PKI), with paths relative to the script itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from cryptography import x509
 
 from secure_orca.cli import envoy as envoy_cli
 from secure_orca.deploy import manifests as m
+from secure_orca.deploy import yamltext
 from secure_orca.errors import UsageError
 from secure_orca.pki import DevPKI
 from secure_orca.x509.chainverifier import common_name
@@ -35,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--namespace", default="secure-orca", help="namespace of every object (default secure-orca)")
     a("--replicas", type=int, default=3, help="replicas of serve (default 3)")
     a("--lb-replicas", type=int, default=2, help="replicas of Envoy (default 2)")
-    a("--image", default="secure-orca:dev", help="an image with the secure-orca package (default secure-orca:dev)")
+    image = "the replicas' image (default secure-orca:dev: `docker build -t secure-orca:dev .`, the Containerfile)"
+    a("--image", default="secure-orca:dev", help=image)
     a("--envoy-image", default="envoyproxy/envoy:v1.40.0", help="Envoy's image (default envoyproxy/envoy:v1.40.0)")
     a("--cpu", type=int, default=1000, help="millicores per replica, requested and limited (default 1000)")
     a("--memory", type=int, default=256, help="MiB per replica, requested and limited (default 256)")
@@ -43,6 +45,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--serving-key-file", type=Path, help="its key")
     a("--front-proxy-ca-file", type=Path, help="--requestheader-client-ca-file of the replicas (default: dev)")
     a("--load-reader-ca-file", type=Path, help="--endpoint-load-metrics-client-ca-file (default: dev)")
+    a(
+        "--metrics-namespace-selector",
+        type=_labels,
+        default=(),
+        metavar="KEY=VALUE[,...]",
+        help="namespaces whose Pods may scrape the replicas' metrics port (with --metrics-pod-selector: both must "
+        "match); neither given: no Pod may (NetworkPolicy)",
+    )
+    a(
+        "--metrics-pod-selector",
+        type=_labels,
+        default=(),
+        metavar="KEY=VALUE[,...]",
+        help="Pods that may scrape the metrics port (alone: Pods of the manifests' namespace)",
+    )
+
+
+# Label syntax (k8s.io/apimachinery pkg/util/validation: IsQualifiedName, IsValidLabelValue).
+_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+_KEY = re.compile(rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_NAME}")
+_VALUE = re.compile(rf"({_NAME})?")
+
+
+def _labels(text: str) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE[,KEY=VALUE...]``, a label selector's matchLabels."""
+    pairs = []
+    for item in text.split(","):
+        key, eq, value = item.strip().partition("=")
+        if not eq or not _KEY.fullmatch(key) or len(key.partition("/")[0]) > 253 or not _VALUE.fullmatch(value):
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not KEY=VALUE with a Kubernetes label key and value")
+        pairs.append((key, value))
+    return tuple(pairs)
 
 
 def _cn(path: Path, flag: str) -> str:
@@ -73,10 +107,11 @@ def _sources(args: argparse.Namespace, creds: Any) -> dict[str, dict[str, str]]:
     }  # fmt: skip
 
 
-def render(documents: list[dict[str, Any]], header: str) -> str:
-    """YAML documents (each written as JSON, which is YAML) after a comment header."""
-    head = "".join(f"# {line}\n" for line in header.splitlines())
-    return head + "".join(f"---\n{json.dumps(doc, indent=2)}\n" for doc in documents)
+def _relative(sources: dict[str, dict[str, str]], directory: Path) -> dict[str, dict[str, str]]:
+    """Every relative path in ``sources`` made relative to ``directory`` (where the script lives)."""
+    base = os.path.abspath(directory)
+    rebase = lambda p: p if os.path.isabs(p) else os.path.relpath(os.path.abspath(p), base)  # noqa: E731
+    return {secret: {key: rebase(path) for key, path in keys.items()} for secret, keys in sources.items()}
 
 
 def generate(args: argparse.Namespace) -> dict[str, str]:
@@ -96,6 +131,8 @@ def generate(args: argparse.Namespace) -> dict[str, str]:
         image=args.image,
         envoy_image=args.envoy_image,
         resources=m.Resources(args.cpu, args.memory),
+        metrics_namespace_labels=args.metrics_namespace_selector,
+        metrics_pod_labels=args.metrics_pod_selector,
     )
     args.upstream = [f"{deployment.service_host}:{m.SERVE_PORT}"]
     args.output = Path("envoy.yaml")  # so envoy-config's checks accept the file-based secret delivery
@@ -120,13 +157,12 @@ def generate(args: argparse.Namespace) -> dict[str, str]:
     header = (
         f"generated by `secure-orca deploy` (option {config.option}, policy {config.policy}); regenerate, do not edit"
     )
-    commands = m.secret_commands(secrets, _sources(args, config.credentials), deployment)
+    sources = _relative(_sources(args, config.credentials), args.output_dir)
     return {
-        "namespace.yaml": render([m.namespace(deployment)], header),
-        "secure-orca.yaml": render(m.serve_manifests(config.option, deployment), header),
-        "envoy.yaml": render(m.lb_manifests(placed, deployment), header),
-        "create-secrets.sh": "#!/bin/sh\n# " + header + "\n# Fills the Secrets the manifests reference, from "
-        "local files (no key material in the manifests).\nset -e\n" + "\n".join(commands) + "\n",
+        "namespace.yaml": yamltext.dump([m.namespace(deployment)], header),
+        "secure-orca.yaml": yamltext.dump(m.serve_manifests(config.option, deployment), header),
+        "envoy.yaml": yamltext.dump(m.lb_manifests(placed, deployment), header),
+        "create-secrets.sh": m.secrets_script(secrets, sources, deployment, header),
     }
 
 
