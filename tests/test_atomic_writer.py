@@ -256,7 +256,8 @@ def test_envoy_follows_a_shared_secret_swapped_by_kubelet(dev_pki: pki.DevPKI, t
             credentials=dataclasses.replace(config.credentials, secret_file=lb_secret.target / "secret"),
             sds_path=lb_config.target / "secret-sds.yaml",
         )
-        generated = manifests.envoy_files(config, PurePosixPath(lb_config.target))
+        ready = ("127.0.0.1", launch.free_port())
+        generated = manifests.envoy_files(config, PurePosixPath(lb_config.target), ready)
         lb_config.write({name: (text.encode(), 0o644) for name, text in generated.items()})
         envoy = launch.start_process("envoy", [binary, "-c", str(lb_config.target / "envoy.yaml"), "--concurrency",
                                                "1", "-l", "info", "--disable-hot-restart"])  # fmt: skip

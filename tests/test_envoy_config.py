@@ -212,7 +212,7 @@ def test_every_option_strips_client_identity_headers(dev_pki: pki.DevPKI, option
     assert names.index("envoy.filters.http.lua") < names.index("envoy.filters.http.router")
     assert hcm(boot)["common_http_protocol_options"] == {"headers_with_underscores_action": "DROP_HEADER"}
     asserts = "front-proxy" in option
-    assert ("local authenticate = true" in lua) is asserts
+    assert ("local AUTHENTICATE = true" in lua) is asserts
     downstream = boot["static_resources"]["listeners"][0]["filter_chains"][0]["transport_socket"]["typed_config"]
     if asserts:
         assert downstream["common_tls_context"]["validation_context"] == {
@@ -227,7 +227,8 @@ def test_configured_identity_header_names_are_stripped_and_set(dev_pki: pki.DevP
     names = envoy.IdentityHeaders(username=("X-User", "X-Remote-User"), group=("X-Groups",), extra_prefix=("X-E-",))
     lua = lua_of(envoy.build_bootstrap(config(dev_pki, option="front-proxy", identity=names)))
     assert '"x-user", "x-remote-user", "x-groups", "x-remote-uid"' in lua and '{"x-e-"}' in lua
-    assert 'headers:add("X-User", subject:commonName())' in lua and 'headers:add("X-Groups", group)' in lua
+    assert 'local USER_HEADER = "X-User"' in lua and 'local GROUP_HEADER = "X-Groups"' in lua
+    assert lua.endswith(envoy.IDENTITY_LUA)  # the program itself, after the prologue that names them
 
 
 @pytest.mark.parametrize("bad", ["X Remote", 'X-"User"', "", "X-User\r\nInjected: 1", "x-user:"])
@@ -239,7 +240,7 @@ def test_identity_header_names_must_be_tokens(dev_pki: pki.DevPKI, bad: str) -> 
 def test_without_a_client_ca_the_front_proxy_asserts_nothing(dev_pki: pki.DevPKI) -> None:
     creds = replace(files.dev_credentials(dev_pki), client_ca=None)
     cfg = envoy.LBConfig(UPSTREAMS, creds, option="front-proxy")
-    assert not cfg.authenticates and "local authenticate = false" in lua_of(envoy.build_bootstrap(cfg))
+    assert not cfg.authenticates and "local AUTHENTICATE = false" in lua_of(envoy.build_bootstrap(cfg))
 
 
 # ---- load balancing policy ------------------------------------------------------------------------------------
@@ -369,6 +370,25 @@ def test_validate_rejects_a_broken_config(dev_pki: pki.DevPKI, tmp_path: Path) -
     out.write_text(envoy.render(boot))
     ok, output = files.validate(out)
     assert not ok and "blackout_period" in output
+
+
+@pytest.mark.envoy
+@needs_envoy
+def test_envoy_compiles_identity_lua(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    """identity.lua is a Lua file a tool checks: Envoy's validator loads it after its prologue (and runs its top
+    level), and refuses it with one `end` missing."""
+    out = tmp_path / "envoy.yaml"
+    boot = envoy.build_bootstrap(config(dev_pki, option="header-only"))
+    (lua,) = [f for f in hcm(boot)["http_filters"] if f["name"] == "envoy.filters.http.lua"]
+    source = lua["typed_config"]["default_source_code"]
+    assert source["inline_string"].endswith(envoy.IDENTITY_LUA)
+    out.write_text(envoy.render(boot))
+    ok, output = files.validate(out)
+    assert ok, output
+    source["inline_string"] = source["inline_string"].replace("\nend\n", "\n", 1)
+    out.write_text(envoy.render(boot))
+    ok, output = files.validate(out)
+    assert not ok and "script load error" in output
 
 
 # ---- the CLI ------------------------------------------------------------------------------------------------
