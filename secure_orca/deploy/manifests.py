@@ -2,10 +2,11 @@
 ``secure-orca envoy-config`` builds, with its credential paths moved to where the Secrets are mounted.
 
 - ``secure-orca`` Deployment + headless Service (Envoy resolves every Pod: STRICT_DNS, one endpoint per replica,
-  each weighted by its own ORCA reports) + PodDisruptionBudget;
-- ``secure-orca-lb`` Deployment running Envoy with the bootstrap in a ConfigMap, + Service;
-- Secrets are referenced, never written: the manifests carry no key material (``secret_commands`` lists the
-  ``kubectl create secret`` lines that fill them).
+  each weighted by its own ORCA reports) + PodDisruptionBudget + NetworkPolicy;
+- ``secure-orca-lb`` Deployment running Envoy with the bootstrap in a ConfigMap, + Service + PodDisruptionBudget +
+  NetworkPolicy;
+- Secrets are referenced, never written: the manifests carry no key material (``secrets_script`` writes the
+  script that creates or updates them from local files).
 
 Probes: /readyz (readiness) and /healthz (liveness) over HTTPS, as anonymous requests (kube's probes do the same);
 Envoy's readiness is its admin ``/ready`` through a listener of its own that routes that one path (the admin
