@@ -258,7 +258,8 @@ def test_create_secrets_runs_from_any_directory_and_twice_alike(dev_pki: pki.Dev
         pytest.skip("kubectl (the peers extra) is not installed")
     site = tmp_path / "site"
     shutil.copytree(dev_pki.root, site / "certs")
-    args = build_parser().parse_args(["deploy", "--certs-dir", str(site / "certs"), "--output-dir", str(site / "out")])
+    flags = ["--certs-dir", str(site / "certs"), "--output-dir", str(site / "out"), "--option", OPTIONS[0]]
+    args = build_parser().parse_args(["deploy", *flags])
     deploy_cli.run(args)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
