@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,13 +23,13 @@ import hpack
 
 from secure_orca import pki
 from secure_orca.hpackcost import wire as hpack_wire
-from secure_orca.lab import instrcount, loadgen, oobcost
+from secure_orca.lab import instrcount, loadgen, matched
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.instrcost import instruction_cost, off_flags
 from secure_orca.lab.markdown import render_markdown
 from secure_orca.lab.options import BURDEN, OPTIONS, OUT_OF_BAND, TITLES, auth_mode
-from secure_orca.lab.recommend import recommend
+from secure_orca.lab.recommend import recommend, recommended_option
 from secure_orca.lab.results import (
     Evaluation,
     Exposure,
@@ -40,14 +41,12 @@ from secure_orca.lab.results import (
     Machine,
     NotMeasured,
     OptionResult,
-    OutOfBand,
     RequestCost,
     Settings,
     Spread,
-    WireRate,
     to_json,
 )
-from secure_orca.lab.staleness import OOB_PERIOD, STEP_LABEL, staleness
+from secure_orca.lab.staleness import OOB_PERIOD
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.optin import header_value
 from secure_orca.probe.audit import ProbeConfig, ProbeResult, probe
@@ -134,7 +133,9 @@ def request_cost(
     """h2load with the load balancer's identity against the feature-off and the feature-on replica, interleaved
     in rounds; ratios on/off per round."""
     load = loadgen.Load(settings.connections, settings.streams, duration=settings.duration, warmup=0.5)
-    rps, p50, p99 = [], [], []
+    rps: list[float] = []
+    p50: list[float] = []
+    p99: list[float] = []
     for index in range(settings.rounds):
         pair = [("off", off), ("on", on)]
         results = {name: loadgen.run_h2load(r.url + "/version", load, identity, workdir)
@@ -142,7 +143,8 @@ def request_cost(
         rps.append(results["on"].rps / results["off"].rps)
         p50.append(results["on"].p50_ms / results["off"].p50_ms)
         p99.append(results["on"].p99_ms / results["off"].p99_ms)
-    return RequestCost(Spread.of(rps), Spread.of(p50), Spread.of(p99), load.label, settings.rounds)
+    runs = {"throughput_ratio": [round(r, 4) for r in rps], "p99_ratio": [round(r, 4) for r in p99]}
+    return RequestCost(Spread.of(rps), Spread.of(p50), Spread.of(p99), load.label, settings.rounds, runs)
 
 
 HANDSHAKE_BATCH = 25  # connections opened at once: below hypercorn's listen backlog, so none waits on a SYN retry
@@ -185,29 +187,31 @@ def response_hpack(replica: launch.Replica, dev: pki.DevPKI, settings: Settings)
     )
 
 
-def request_hpack(value: str | None, requests: int = 100) -> float:
-    """Mean HPACK bytes the opt-in header adds to a load balancer's requests on one connection (replayed
-    through the hpack encoder h2 uses: the value is indexed after its first send)."""
+def request_hpack(value: str | None, requests: int = 100) -> tuple[float, float]:
+    """HPACK bytes the opt-in header adds to a load balancer's requests on one connection (replayed through the
+    hpack encoder h2 uses): once per connection (its first send, a literal that is then indexed), and per request
+    after it (the mean over the ``requests`` - 1 that follow)."""
     base = [(":method", "GET"), (":scheme", "https"), (":authority", "kube-apiserver:6443"), (":path", "/api/v1/pods"),
             ("user-agent", "kubectl/v1.38.0"), ("accept", "application/json")]  # fmt: skip
     with_encoder, without_encoder = hpack.Encoder(), hpack.Encoder()
-    extra = 0
+    extra = []
     for _ in range(requests):
         plain = len(without_encoder.encode(base))
         headers = [*base, (OPTIN_HEADER, value)] if value is not None else base
-        extra += len(with_encoder.encode(headers)) - plain
-    return round(extra / requests, 2)
+        extra.append(len(with_encoder.encode(headers)) - plain)
+    return float(extra[0]), round(sum(extra[1:]) / (requests - 1), 2)
 
 
 @contextmanager
 def replicas_for(dev: pki.DevPKI) -> Iterator[dict[str, launch.Replica]]:
-    """One replica per option and one with the feature off (same trust material everywhere). Connections are
+    """One replica per option and two with the feature off (same trust material everywhere): "off", the baseline
+    of every ratio, and "off2", a separate process for the A/A control. Connections are
     not rotated (as in the benchmarks): a load run of about 1000 requests per connection would otherwise cross
     the default --max-requests-per-connection depending on the machine's speed, and h2load counts the streams a
     GOAWAY refuses as failed requests, which ends the run."""
-    names = ["off", *OPTIONS]
+    names = ["off", "off2", *OPTIONS]
     keep = ["--max-requests-per-connection", str(2**31)]
-    flags = [off_flags(dev), *(lb.replica_flags(dev, auth_mode(o)) for o in OPTIONS)]
+    flags = [off_flags(dev), off_flags(dev), *(lb.replica_flags(dev, auth_mode(o)) for o in OPTIONS)]
     argvs = [launch.serve_argv(dev, [*f, *keep]) for f in flags]
     with launch.replicas(argvs) as started:
         yield dict(zip(names, started, strict=True))
@@ -230,11 +234,11 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
     """Measure every option (see cli/evaluate.py), write evaluation.json and evaluation.md to ``output``.
     ``count_instructions=False`` leaves callgrind out (the instruction columns then say why)."""
     settings = Settings.make(quick)
-    started = time.monotonic()
+    started, at = time.monotonic(), time.gmtime()
     bypass: dict[str, Exposure] = {}
     via: dict[str, Exposure | NotMeasured] = {}
     costs: dict[str, RequestCost] = {}
-    request_bytes: dict[str, float] = {}
+    request_bytes: dict[str, tuple[float, float]] = {}
     instructions: Instructions | InstrMissing
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="secure-orca-eval-")))
@@ -253,15 +257,17 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
             log(f"{TITLES[option]}: request cost against the feature-off replica ({settings.rounds} rounds)")
             costs[option] = request_cost(reps["off"], reps[option], lb_identity(dev, option), settings, root)
             request_bytes[option] = request_hpack(lb_identity(dev, option).optin)
-        log("A/A control: the feature-off replica against itself (the noise floor of the cost ratios)")
+        log(f"A/A control: two feature-off replicas against each other ({settings.rounds} rounds)")
         none = loadgen.Identity("lb", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
-        control = request_cost(reps["off"], reps["off"], none, settings, root)
+        control = request_cost(reps["off"], reps["off2"], none, settings, root)
         log("TLS handshake cost of the front-proxy certificate")
-        handshake = handshake_cost(reps["front-proxy"], dev, settings, root)
+        handshake = handshake_cost(reps["front-proxy"], dev, replace(settings, rounds=min(settings.rounds, 3)), root)
         log("HPACK bytes of the report on real connections")
         response = response_hpack(reps["front-proxy"], dev, settings)
-        log(f"{TITLES[OUT_OF_BAND]}: bytes on the wire per report, staleness in band against out of band")
-        out_of_band = oob_figures(dev, settings, use_envoy)
+        out_of_band = None
+        if use_envoy:
+            log(f"{TITLES[OUT_OF_BAND]} against in band at matched freshness ({settings.matched_repeats} repetitions)")
+            out_of_band = matched.measure(settings, log)
         missing = instrcount.valgrind_available() if count_instructions else "--no-instructions was given"
         if missing is None:
             log(f"instruction counts under callgrind ({settings.instr_repeats} layouts, /healthz)")
@@ -278,7 +284,8 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
             bypass=bypass[o],
             through_lb=via[o],
             request_cost=costs[o],
-            hpack_request_bytes=request_bytes[o],
+            hpack_request_first_bytes=request_bytes[o][0],
+            hpack_request_bytes=request_bytes[o][1],
             handshake=handshake if "front-proxy" in o else no_handshake,
             hpack_response=None if o == OUT_OF_BAND else response,
             out_of_band=out_of_band if o == OUT_OF_BAND else None,
@@ -286,30 +293,10 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
         for o in OPTIONS
     }
     results = Evaluation(settings, use_envoy, machine(), options, control, instructions,
-                         seconds=round(time.monotonic() - started, 1))  # fmt: skip
-    results = replace(results, recommendation=recommend(results))
+                         seconds=round(time.monotonic() - started, 1), provenance=provenance(at))  # fmt: skip
+    results = replace(results, recommendation=recommend(results), recommended_option=recommended_option(results))
     write(results, output)
     return results
-
-
-WIRE_RATES = (1.0, 10.0, 100.0, 1000.0)  # requests/s on one load-balancer connection
-
-
-def oob_figures(dev: pki.DevPKI, settings: Settings, use_envoy: bool) -> OutOfBand:
-    """Option 4's own figures: bytes per streamed report on a real connection (``oobcost.wire_bytes``) against
-    the in-band report's HPACK bytes at WIRE_RATES, and staleness in band against out of band with Envoy."""
-    wire = oobcost.wire_bytes(settings.oob_reports, 0.1)
-    tls = wire["tls_bytes_per_report"]
-    in_band = oobcost.in_band_bytes_per_s(WIRE_RATES)
-    rates = [WireRate(r, round(b, 1), round(tls / OOB_PERIOD, 1)) for r, b in zip(WIRE_RATES, in_band, strict=True)]
-    stale = []
-    if use_envoy:
-        for rps in settings.stale_rates:
-            for out_of_band in (False, True):
-                stale.append(staleness(dev, out_of_band, rps, settings.stale_bound))
-                log(f"staleness: {stale[-1]}")
-    return OutOfBand(OOB_PERIOD, round(tls, 1), round(wire["grpc_bytes_per_report"], 1), rates, STEP_LABEL,
-                     settings.stale_bound, stale)  # fmt: skip
 
 
 def write(results: Evaluation, output: Path) -> None:
@@ -317,6 +304,24 @@ def write(results: Evaluation, output: Path) -> None:
     output.mkdir(parents=True, exist_ok=True)
     (output / "evaluation.json").write_text(json.dumps(to_json(results), indent=2) + "\n")
     (output / "evaluation.md").write_text(render_markdown(results))
+
+
+def provenance(at: time.struct_time) -> dict[str, str]:
+    """The commit measured (with ``+dirty`` when the work tree differs from it), the command and when it began."""
+    here = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD") or "unknown (not a git checkout)"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    command = " ".join(["secure-orca", *sys.argv[1:]]) if sys.argv else "secure-orca evaluate"
+    return {"commit": commit, "command": command, "started": time.strftime("%Y-%m-%d %H:%M UTC", at)}
 
 
 def machine() -> Machine:

@@ -15,6 +15,7 @@ from secure_orca.lab import replicas as launch
 from secure_orca.lab.options import OPTIONS, auth_mode
 from secure_orca.lab.results import InstrConnection, InstrOption, InstrReport, Instructions, Settings, Spread
 
+CERTIFICATES = ("front-proxy", "load-reader")  # the client certificates a load balancer presents (2, 2b and 4)
 INSTR_PATH = "/healthz"  # the cheapest route: the feature's share of a request is largest there
 
 
@@ -33,8 +34,8 @@ def instruction_cost(
     dev: pki.DevPKI, identities: Mapping[str, loadgen.Identity], settings: Settings, workdir: Path
 ) -> Instructions:
     """Instructions per request of each option's replica against the feature-off one, with the load
-    balancer's identity (``identities``, by option), and per new TLS connection with the front-proxy certificate
-    against none. Deterministic: repeats differ only by memory layout."""
+    balancer's identity (``identities``, by option), and per new TLS connection with each load-balancer client
+    certificate (front-proxy, load-reader) against none. Deterministic: repeats differ only by memory layout."""
     s = settings
     no_cert = loadgen.Identity("lb", optin="TEXT")
     totals: dict[str, int] = {}
@@ -52,12 +53,12 @@ def instruction_cost(
                     for count in (s.instr_baseline, s.instr_requests):
                         with server.window(f"{server_key}/{OPTIONS.index(option)},{count},{repeat}"):
                             instrcount.requests(server, client, count, INSTR_PATH, workdir)
-                if name == "front-proxy":
+                if name in CERTIFICATES:
                     for label, client in (("cert", identities[name]), ("none", no_cert)):
-                        with server.window(f"conn/{label},many,{repeat}"):
+                        with server.window(f"conn{server_key}/{label},many,{repeat}"):
                             for _ in range(s.instr_connections):
                                 instrcount.requests(server, client, 1, INSTR_PATH, workdir)
-                        with server.window(f"conn/{label},one,{repeat}"):
+                        with server.window(f"conn{server_key}/{label},one,{repeat}"):
                             instrcount.requests(server, client, s.instr_connections, INSTR_PATH, workdir)
                 server.control("--instr=off")
                 totals |= server.totals()
@@ -74,14 +75,17 @@ def instruction_cost(
             spread=round(max(on.spread, off.spread), 5),
         )
     units = s.instr_connections - 1
-    cert, none = (instrcount.per_unit(totals, f"conn/{k}", "many", "one", units, s.instr_repeats)
-                  for k in ("cert", "none"))  # fmt: skip
-    connection = InstrConnection(
-        ratio=_spread(instrcount.ratio_range(cert, none), 3),
-        with_cert=round(cert.median),
-        without=round(none.median),
-        spread=round(max(cert.spread, none.spread), 5),
-    )
+    connections = {}
+    for certificate in CERTIFICATES:
+        key = f"conn{OPTIONS.index(certificate)}"
+        cert, none = (instrcount.per_unit(totals, f"{key}/{k}", "many", "one", units, s.instr_repeats)
+                      for k in ("cert", "none"))  # fmt: skip
+        connections[certificate] = InstrConnection(
+            ratio=_spread(instrcount.ratio_range(cert, none), 3),
+            with_cert=round(cert.median),
+            without=round(none.median),
+            spread=round(max(cert.spread, none.spread), 5),
+        )
     per_report = [v for r in range(s.instr_repeats) for v in oobcost.report_instructions(s.oob_long, s.oob_short, 1, r)]
     report = InstrReport(Spread.of(per_report, 0), s.oob_long, s.oob_short)
-    return Instructions(INSTR_PATH, s.instr_requests, s.instr_baseline, s.instr_repeats, options, connection, report)
+    return Instructions(INSTR_PATH, s.instr_requests, s.instr_baseline, s.instr_repeats, options, connections, report)

@@ -106,39 +106,47 @@ def read_reports(host: str, port: int, dev: pki.DevPKI, count: int) -> None:
 
 
 def wire_bytes(reports: int, interval: float) -> dict[str, float]:
-    """Bytes per streamed report on one real TLS 1.3 connection with the load-reader certificate (a replica in
-    load-reader mode, its floor at ``interval``): after the first report, so they hold at any interval."""
+    """Bytes per streamed report on one real TLS 1.3 connection with the load-reader certificate (an idle replica
+    in load-reader mode started for it, its floor at ``interval``): see ``stream_bytes``."""
     with tempfile.TemporaryDirectory() as tmp:
         dev = pki.generate(Path(tmp))
         floor = f"{int(interval * 1000)}ms"
         flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", floor)
         with launch.replicas([launch.serve_argv(dev, flags)]) as (replica,):
-            conn = CountingTLS(replica.host, replica.port, load_reader_context(dev))
-            h2c, stream = open_stream(conn, interval)
-            started_at = None  # ciphertext bytes when the first report arrived
-            frame_bytes, messages = 0, list[int]()
-            while len(messages) < reports:
-                for event in h2c.receive_data(conn.recv()):
-                    if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
-                        h2c.acknowledge_received_data(event.flow_controlled_length, stream)
-                        if started_at is None:
-                            started_at = conn.received
-                        else:
-                            frame_bytes += 9 + len(event.data)
-                        messages.append(len(event.data) - oob.PREFIX_SIZE)
-                conn.send(h2c.data_to_send())
-            conn.sock.close()
-            assert started_at is not None
-            counted = len(messages) - 1  # the reports after the first one, whose bytes are all on the wire
-            return {
-                "reports": counted,
-                "message_bytes_median": statistics.median(messages[1:]),
-                "message_bytes_min": min(messages[1:]),
-                "message_bytes_max": max(messages[1:]),
-                "grpc_bytes_per_report": statistics.mean(messages[1:]) + oob.PREFIX_SIZE,
-                "http2_bytes_per_report": frame_bytes / counted,  # DATA frames; WINDOW_UPDATEs go the other way
-                "tls_bytes_per_report": (conn.received - started_at) / counted,  # ciphertext, records included
-            }
+            return stream_bytes(replica.host, replica.port, dev, interval, reports)
+
+
+def stream_bytes(host: str, port: int, dev: pki.DevPKI, interval: float, reports: int) -> dict[str, float]:
+    """Bytes per streamed report on a new TLS 1.3 connection with the load-reader certificate to a running replica,
+    the stream asking for ``interval``: counted after the first report, so they hold at any interval."""
+    conn = CountingTLS(host, port, load_reader_context(dev))
+    h2c, stream = open_stream(conn, interval)
+    started_at = None  # ciphertext bytes when the first report arrived
+    frame_bytes, messages = 0, list[int]()
+    try:
+        while len(messages) < reports + 1:
+            for event in h2c.receive_data(conn.recv()):
+                if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
+                    h2c.acknowledge_received_data(event.flow_controlled_length, stream)
+                    if started_at is None:
+                        started_at = conn.received
+                    else:
+                        frame_bytes += 9 + len(event.data)
+                    messages.append(len(event.data) - oob.PREFIX_SIZE)
+            conn.send(h2c.data_to_send())
+    finally:
+        conn.sock.close()
+    assert started_at is not None
+    counted = len(messages) - 1  # the reports after the first one, whose bytes are all on the wire
+    return {
+        "reports": counted,
+        "message_bytes_median": statistics.median(messages[1:]),
+        "message_bytes_min": min(messages[1:]),
+        "message_bytes_max": max(messages[1:]),
+        "grpc_bytes_per_report": statistics.mean(messages[1:]) + oob.PREFIX_SIZE,
+        "http2_bytes_per_report": frame_bytes / counted,  # DATA frames; WINDOW_UPDATEs go the other way
+        "tls_bytes_per_report": (conn.received - started_at) / counted,  # ciphertext, records included
+    }
 
 
 def report_instructions(long: int, short: int, repeats: int, layout: int = 0) -> list[float]:

@@ -50,20 +50,26 @@ class Settings:
     oob_reports: int = 0  # out of band: reports read to count bytes on the wire
     oob_long: int = 0  # instructions per streamed report: the long window (reports) ...
     oob_short: int = 0  # ... minus the short one
-    stale_rates: tuple[float, ...] = ()  # staleness: load-balanced requests/s through Envoy
     stale_bound: float = 0.0  # staleness: seconds waited at most for the weight to move
+    matched_repeats: int = 0  # matched freshness: interleaved repetitions per cell
+    matched_periods: tuple[float, ...] = ()  # report periods (in band: sampling interval, attached once per sample)
+    matched_lb_rps: float = 0.0  # load-balanced requests/s through Envoy (two replicas) in the staleness runs
+    matched_rps: float = 0.0  # requests/s on the one load-balancer connection whose bytes are counted
+    matched_seconds: float = 0.0  # seconds of in-band traffic per byte count (per period, at least 5 periods)
 
     @classmethod
     def make(cls, quick: bool) -> Settings:
         if quick:
-            return cls(rounds=1, duration=1.0, connections=4, streams=10, handshakes=40, timing_samples=60,
+            return cls(rounds=2, duration=1.0, connections=4, streams=10, handshakes=40, timing_samples=60,
                        hpack_duration=2.0, hpack_rate=20.0, instr_requests=120, instr_baseline=40,
-                       instr_repeats=1, instr_connections=3, oob_reports=10, oob_long=20, oob_short=5,
-                       stale_rates=(2.0,), stale_bound=8.0)  # fmt: skip
-        return cls(rounds=3, duration=4.0, connections=8, streams=10, handshakes=200, timing_samples=400,
+                       instr_repeats=1, instr_connections=3, oob_reports=4, oob_long=20, oob_short=5,
+                       stale_bound=6.0, matched_repeats=2, matched_periods=(1.0, 0.1), matched_lb_rps=40.0,
+                       matched_rps=20.0, matched_seconds=2.0)  # fmt: skip
+        return cls(rounds=10, duration=2.0, connections=8, streams=10, handshakes=200, timing_samples=400,
                    hpack_duration=8.0, hpack_rate=20.0, instr_requests=600, instr_baseline=100,
-                   instr_repeats=3, instr_connections=12, oob_reports=50, oob_long=40, oob_short=10,
-                   stale_rates=(2.0, 20.0), stale_bound=15.0)  # fmt: skip
+                   instr_repeats=3, instr_connections=12, oob_reports=6, oob_long=40, oob_short=10,
+                   stale_bound=8.0, matched_repeats=10, matched_periods=(1.0, 0.1), matched_lb_rps=40.0,
+                   matched_rps=20.0, matched_seconds=5.0)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,15 @@ class Spread:
 
     def __str__(self) -> str:
         return f"{self.median} [{self.min}, {self.max}]"
+
+    def below(self, other: Spread) -> bool:
+        """Every value of this range is below every value of ``other``: the ranges separate."""
+        return self.max < other.min
+
+
+def compare(a: Spread, b: Spread) -> Literal["lower", "higher"] | None:
+    """``a`` against ``b`` where their ranges separate; None where they overlap (the figures do not resolve)."""
+    return "lower" if a.below(b) else "higher" if b.below(a) else None
 
 
 @dataclass(frozen=True)
@@ -118,11 +133,43 @@ class RequestCost:
     p99_ratio: Spread
     load: str
     rounds: int
+    runs: dict[str, list[float]] = field(default_factory=dict)  # per-round ratios, by COST_KEYS
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RequestCost:
         spreads = {k: Spread(**d[k]) for k in ("throughput_ratio", "p50_ratio", "p99_ratio")}
-        return cls(**spreads, load=d["load"], rounds=d["rounds"])
+        return cls(**spreads, load=d["load"], rounds=d["rounds"], runs=d.get("runs", {}))
+
+
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086)  # Student's t, two-sided 95%, by degrees of freedom 1..20  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The A/A control's 95% prediction interval for one more round's ratio: mean ± t·s·√(1 + 1/n) over its
+    rounds (two feature-off replicas against each other). A ratio inside it is what two identical replicas
+    differ by; a median outside it is printed, anything else is not."""
+
+    low: float
+    high: float
+    rounds: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Interval:
+        n = len(values)
+        if n < 2:
+            return cls(float("-inf"), float("inf"), n)  # one round: no interval, nothing resolves
+        mean, sd = statistics.fmean(values), statistics.stdev(values)
+        t = T_975[min(n - 1, len(T_975)) - 1] if n - 1 <= len(T_975) else 1.96
+        half = t * sd * (1 + 1 / n) ** 0.5
+        return cls(round(mean - half, 3), round(mean + half, 3), n)
+
+    def holds(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def __str__(self) -> str:
+        return f"[{self.low}, {self.high}]"
 
 
 @dataclass(frozen=True)
@@ -160,35 +207,58 @@ class Staleness:
     moved: bool
     weight_before: float
     weight_after: float
-    report_period: float | None = field(default=None, metadata=OMIT_NONE)  # out of band: the stream's period
+    report_period: float | None = field(default=None, metadata=OMIT_NONE)  # seconds between reports, either path
 
 
 @dataclass(frozen=True)
-class WireRate:
-    """Bytes per second on one load-balancer connection at one request rate: the in-band report's HPACK bytes
-    (modelled) against the stream's (measured per report, divided by the period)."""
+class MatchedCell:
+    """One path at one report period over interleaved repetitions (secure_orca/lab/matched.py): bytes the reports
+    add on the wire per second on one load-balancer connection to the loaded replica, and the seconds from a load
+    step (at a randomised time) until Envoy's weight for that replica halved."""
 
-    rps: float
-    in_band_bytes_per_s: float
-    out_of_band_bytes_per_s: float
+    path: str  # in-band or out-of-band
+    period: float  # seconds between reports: in band the sampling interval (attached once per sample)
+    bytes_per_s: Spread
+    staleness: Spread  # a run whose weight never halved counts as the bound
+    moved: int  # runs whose weight halved within the bound
+    runs: int
+    bytes_runs: list[float]
+    staleness_runs: list[float]
+    model_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)  # in band: the HPACK model
+
+    @property
+    def model_error(self) -> float | None:
+        """The model's relative error against the median measured on the wire (None: no model for this cell)."""
+        if self.model_bytes_per_s is None or not self.bytes_per_s.median:
+            return None
+        return round(self.model_bytes_per_s / self.bytes_per_s.median - 1, 3)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> MatchedCell:
+        return cls(**{**d, "bytes_per_s": Spread(**d["bytes_per_s"]), "staleness": Spread(**d["staleness"])})
 
 
 @dataclass(frozen=True)
 class OutOfBand:
-    """Option 4's own figures: the stream on the wire, and staleness in band against out of band."""
+    """Option 4 against in band at matched freshness: the same loaded replica, the same report period."""
 
-    period: float  # the stream's report period (Envoy's oob_reporting_period)
-    tls_bytes_per_report: float  # ciphertext read per report, TLS records included
-    grpc_bytes_per_report: float
-    wire: list[WireRate]
     step: str  # the load step of the staleness measurement
     bound: float  # seconds a staleness measurement waits at most
-    staleness: list[Staleness]
+    lb_rps: float  # load-balanced requests/s through Envoy during the staleness runs
+    rps: float  # requests/s on the load-balancer connection whose bytes are counted
+    repeats: int
+    cells: list[MatchedCell]
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> OutOfBand:
-        wire = [WireRate(**w) for w in d["wire"]]
-        return cls(**{**d, "wire": wire, "staleness": [Staleness(**s) for s in d["staleness"]]})
+        return cls(**{**d, "cells": [MatchedCell.from_json(c) for c in d["cells"]]})
+
+    def cell(self, path: str, period: float) -> MatchedCell | None:
+        return next((c for c in self.cells if c.path == path and c.period == period), None)
+
+    @property
+    def periods(self) -> list[float]:
+        return sorted({c.period for c in self.cells}, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -200,7 +270,8 @@ class OptionResult:
     bypass: Exposure
     through_lb: Exposure | NotMeasured
     request_cost: RequestCost
-    hpack_request_bytes: float
+    hpack_request_first_bytes: float  # the opt-in's first send on a connection (then indexed): once per connection
+    hpack_request_bytes: float  # the opt-in per request after the first on that connection
     handshake: Handshake
     hpack_response: HpackResponse | None = field(metadata=OMIT_NONE)  # None: no response carries a report
     out_of_band: OutOfBand | None = field(default=None, metadata=OMIT_NONE)  # option 4 only
@@ -214,6 +285,7 @@ class OptionResult:
             bypass=Exposure(**d["bypass"]),
             through_lb=Exposure(**via) if "leaks" in via else NotMeasured(**via),
             request_cost=RequestCost.from_json(d["request_cost"]),
+            hpack_request_first_bytes=d["hpack_request_first_bytes"],
             hpack_request_bytes=d["hpack_request_bytes"],
             handshake=Handshake.from_json(d["handshake"]),
             hpack_response=HpackResponse(**d["hpack_response"]) if "hpack_response" in d else None,
@@ -233,7 +305,7 @@ class InstrOption:
 
 @dataclass(frozen=True)
 class InstrConnection:
-    """Instructions per new TLS connection, with the front-proxy certificate ÷ without."""
+    """Instructions per new TLS connection, with a load-balancer client certificate ÷ without."""
 
     ratio: Spread
     with_cert: int
@@ -257,7 +329,7 @@ class Instructions:
     baseline: int
     repeats: int
     options: dict[str, InstrOption]
-    connection: InstrConnection
+    connections: dict[str, InstrConnection]  # by the certificate presented: front-proxy, load-reader
     oob_report: InstrReport | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
@@ -265,11 +337,10 @@ class Instructions:
         options = {
             o: InstrOption(**{**v, "request_ratio": Spread(**v["request_ratio"])}) for o, v in d["options"].items()
         }
-        c = d["connection"]
-        connection = InstrConnection(**{**c, "ratio": Spread(**c["ratio"])})
+        connections = {k: InstrConnection(**{**c, "ratio": Spread(**c["ratio"])}) for k, c in d["connections"].items()}
         r = d.get("oob_report")
         report = InstrReport(**{**r, "per_report": Spread(**r["per_report"])}) if r else None
-        return cls(d["path"], d["requests"], d["baseline"], d["repeats"], options, connection, report)
+        return cls(d["path"], d["requests"], d["baseline"], d["repeats"], options, connections, report)
 
 
 @dataclass(frozen=True)
@@ -289,12 +360,14 @@ class Evaluation:
     instructions: Instructions | InstrMissing
     seconds: float
     recommendation: list[str] = field(default_factory=list)
+    recommended_option: str | None = None  # the default the rules chose (None: nothing held)
+    provenance: dict[str, str] = field(default_factory=dict)  # commit, command, started (UTC)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Evaluation:
         counted = d["instructions"]
         return cls(
-            settings=Settings(**{**d["settings"], "stale_rates": tuple(d["settings"].get("stale_rates", ()))}),
+            settings=Settings(**{**d["settings"], "matched_periods": tuple(d["settings"]["matched_periods"])}),
             envoy=d["envoy"],
             machine=Machine(**d["machine"]),
             options={o: OptionResult.from_json(v) for o, v in d["options"].items()},
@@ -302,4 +375,6 @@ class Evaluation:
             instructions=InstrMissing(**counted) if "missing" in counted else Instructions.from_json(counted),
             seconds=d["seconds"],
             recommendation=list(d["recommendation"]),
+            recommended_option=d.get("recommended_option"),
+            provenance=dict(d.get("provenance", {})),
         )

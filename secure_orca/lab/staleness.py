@@ -54,19 +54,31 @@ def h2load(url: str, rps: float, seconds: float, clients: int = 1) -> Iterator[N
             process.wait()
 
 
-def staleness(dev: pki.DevPKI, out_of_band: bool, lb_rps: float, bound: float) -> Staleness:
-    """One measurement: the seconds until the loaded replica's weight halves (``bound`` if it never did)."""
-    floor = f"{round(OOB_PERIOD * 1000)}ms"
-    flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", floor)
-    argvs = [launch.serve_argv(dev, flags) for _ in range(2)]
+def matched_flags(dev: pki.DevPKI, period: float) -> list[str]:
+    """A load-reader replica whose reports come every ``period`` seconds on either path: sampled every period,
+    attached in band once per sample to each connection, streamed out of band at that period."""
+    ms = f"{round(period * 1000)}ms"
+    return lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-interval", ms,
+                            "--endpoint-load-metrics-attach", "once-per-sample",
+                            "--endpoint-load-metrics-oob-min-interval", ms)  # fmt: skip
+
+
+def staleness(
+    dev: pki.DevPKI, out_of_band: bool, lb_rps: float, bound: float, period: float = OOB_PERIOD, delay: float = 0.0
+) -> Staleness:
+    """One measurement: the seconds until the loaded replica's weight halves (``bound`` if it never did). Both
+    paths get a report every ``period`` (``matched_flags``); the step starts ``delay`` seconds after the weight
+    before it was read (randomise it: a fixed start would sit at a fixed phase of h2load's schedule and of the
+    sampler)."""
+    argvs = [launch.serve_argv(dev, matched_flags(dev, period)) for _ in range(2)]
     settings: dict[str, Any] = {"option": "load-reader", "timing": envoy.TEST_TIMING}
     if out_of_band:
-        settings["oob_period"] = OOB_PERIOD
+        settings["oob_period"] = period
     clients = 1 if lb_rps < 4 else 2
     with lb.deployment(dev, argvs, **settings) as deployed:
         hot = deployed.replicas[0]
         traffic = f"{deployed.envoy.url}/work?cpu_ms={LB_CPU_MS}"
-        with h2load(traffic, lb_rps, WARMUP + BEFORE + bound + 2, clients):
+        with h2load(traffic, lb_rps, WARMUP + BEFORE + delay + bound + 2, clients):
             time.sleep(WARMUP)
             seen = []
             end = time.monotonic() + BEFORE
@@ -75,6 +87,7 @@ def staleness(dev: pki.DevPKI, out_of_band: bool, lb_rps: float, bound: float) -
                 time.sleep(POLL)
             valid = [w for w in seen if w > NO_WEIGHT]
             before = statistics.median(valid) if valid else 0.0  # 0: no weight to move, never moved
+            time.sleep(delay)
             with h2load(f"{hot.url}/work?cpu_ms={STEP_CPU_MS}", STEP_RPS, bound + 1):
                 started = time.monotonic()
                 moved, weight = False, before
@@ -87,7 +100,7 @@ def staleness(dev: pki.DevPKI, out_of_band: bool, lb_rps: float, bound: float) -
     return Staleness(
         path="out-of-band" if out_of_band else "in-band",
         lb_rps=lb_rps,
-        report_period=OOB_PERIOD if out_of_band else None,
+        report_period=period,
         seconds=round(elapsed if moved else bound, 2),
         moved=moved,
         weight_before=round(before, 1),
