@@ -27,6 +27,7 @@ from secure_orca.probe.audit import ProbeConfig
 from secure_orca.probe.transport import Exchange
 
 from .conftest import fp_flags
+from .leaky import leaky_server
 
 SECRET = "s3cr3t-" + "x" * 36
 
@@ -278,6 +279,15 @@ def test_secured_modes_leak_nothing(
 
 
 def test_timing_check_reports_a_p_value(servers: dict[str, str], dev_pki: pki.DevPKI) -> None:
+    """The real server's p-value, and in the same run the positive control: the same check against a server whose
+    comparison leaks on purpose (tests/leaky.py, at least 0.6 ms between a first- and a last-character difference)
+    must find it; a check that could not would say nothing about the real server."""
+    secret = probe_vectors.random_secret(32, random.Random(1))
+    with leaky_server(secret) as (url, cafile):
+        connector = probe_transport.Connector(probe_transport.Target.parse(url), Path(cafile), False, 5.0)
+        control = probe.timing_check(connector, "/version", 200, secret, seed=6315)
+    assert control.suspicious, f"the timing check missed a deliberate leak (p = {control.test.p_value})"
+    assert control.median_late_us > control.median_early_us
     result = probe.probe(servers["shared-secret"], _config(dev_pki, cert=False, timing_samples=200))
     assert result.exit_code == 0
     assert result.timing is not None, result.timing_error

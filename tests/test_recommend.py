@@ -1,15 +1,18 @@
-"""The evaluation's recommendation follows from the figures: synthetic matrices, one rule at a time."""
+"""The evaluation's recommendation follows from the figures: synthetic matrices, each rule moved both ways."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from secure_orca.lab.recommend import Figures, Stream, derive
+from secure_orca.lab.recommend import POLICY, Figures, derive, recommended, timing_sentence
+from secure_orca.lab.results import MatchedCell, OutOfBand, Spread
 
-H1 = Figures("header-only", "1. header only", 14, 52, "leak", "nothing needed", False, False, 1.0, 1.02)
-FP = Figures("front-proxy", "2. front-proxy", 0, 52, "no-leak", "any identity", False, True, 1.01, 1.02)
-LR = Figures("load-reader", "2b. load reader", 0, 52, "no-leak", "load only", False, True, 1.01, 1.02)
-SS = Figures("shared-secret", "3. shared secret", 0, 60, "no-leak", "load only", True, False, 1.01, 1.02)
+LOW, MID, HIGH = Spread(1.002, 1.001, 1.003), Spread(1.005, 1.004, 1.006), Spread(1.009, 1.008, 1.010)
+H1 = Figures("header-only", "1. header only", 14, 52, "leak", "nothing needed", False, False, LOW)
+FP = Figures("front-proxy", "2. front-proxy", 0, 52, "no-leak", "any identity", False, True, MID, layouts=3)
+LR = Figures("load-reader", "2b. load reader", 0, 52, "no-leak", "load only", False, True, MID, layouts=3)
+SS = Figures("shared-secret", "3. shared secret", 0, 60, "no-leak", "load only", True, False, LOW, layouts=3,
+             timing_p=0.68)  # fmt: skip
 MATRIX = [H1, FP, LR, SS]
 
 
@@ -23,44 +26,26 @@ def test_measured_today_the_load_reader_is_the_default() -> None:
     assert "2. front-proxy where the load balancer already authenticates certificate users" in text
     assert "3. shared secret only where the above cannot be deployed" in text
     assert "never 1. header only" in text
+    assert recommended(MATRIX) == "load-reader"
 
 
-def test_a_load_reader_that_leaks_identity_loses_the_default() -> None:
-    text = verdict([H1, FP, replace(LR, grants="any identity"), SS])
-    assert "with 3. shared secret as the default" not in text  # the secret is still worse than a certificate
-    assert "as the default" in text and "2b. load reader as the default" not in text
+# --- rule 1: exposure --------------------------------------------------------------------------------------------
 
 
-def test_a_bypass_leak_moves_an_option_to_never() -> None:
-    text = verdict([H1, FP, replace(LR, bypass_leaks=3), SS])
-    assert "never 1. header only, 2b. load reader" in text
-    lines = derive([H1, FP, replace(LR, bypass_leaks=3), SS])
-    assert any(line.startswith("2b. load reader: not safe") and "3 of 52" in line for line in lines)
+def test_rule_exposure_a_bypass_leak_moves_an_option_to_never_and_back() -> None:
+    leaky = [H1, FP, replace(LR, bypass_leaks=3), SS]
+    assert "never 1. header only, 2b. load reader" in verdict(leaky)
+    assert recommended(leaky) != "load-reader"
+    assert any(line.startswith("2b. load reader: not safe") and "3 of 52" in line for line in derive(leaky))
+    healed = [replace(H1, bypass_leaks=0, bypass_verdict="no-leak", grants="load only"), LR]
+    assert "never" not in verdict(healed)  # the header-only option without leaks is no longer excluded
 
 
-def test_without_the_load_reader_the_front_proxy_leads() -> None:
-    assert "with 2. front-proxy as the default" in verdict([H1, FP, SS])
-
-
-def test_a_measurable_cost_is_said_and_ranks_lower() -> None:
-    lines = derive([H1, FP, replace(LR, cost=1.2, cost_spread=0.0027, layouts=3), replace(SS, grants="load only")])
-    (line,) = [line for line in lines if line.startswith("2b. load reader:")]  # one sentence per option
-    assert line.endswith("It costs x1.2 per request against the feature off (the counts spread 0.27% over 3 memory "
-                         "layouts).")  # fmt: skip
-    assert "with 3. shared secret as the default" not in lines[-1]  # the secret still ranks below a costly cert
-
-
-def test_one_sentence_per_option_and_the_bypass_exposure_is_named() -> None:
-    lines = derive([replace(H1, through_lb_verdict="no-leak"), FP, LR, SS])
-    assert [line.split(":")[0] for line in lines[:-1]] == ["1. header only", "2. front-proxy", "2b. load reader",
-                                                           "3. shared secret"]  # fmt: skip
-    assert lines[0].endswith("leaked nothing: the exposure is exactly the clients that bypass it.")
-    assert "exactly the clients" not in derive(MATRIX)[0]  # unknown through the load balancer: not claimed
-
-
-def test_a_safe_option_whose_grants_were_not_read_says_so() -> None:
-    lines = derive([H1, replace(LR, grants="unknown")])
-    assert lines[1] == "2b. load reader: no leak to the bypass client; what else its credential grants: unknown."
+def test_rule_exposure_a_timing_leak_excludes_the_secret_and_none_does_not() -> None:
+    assert recommended([H1, replace(SS, timing_p=1e-9)]) is None
+    line = derive([H1, replace(SS, timing_p=1e-9)])[1]
+    assert line == "3. shared secret: not safe: its secret comparison timed differently (p = 1e-09)."
+    assert recommended([H1, SS]) == "shared-secret"
 
 
 def test_an_inconclusive_probe_is_never_recommended() -> None:
@@ -71,68 +56,125 @@ def test_an_inconclusive_probe_is_never_recommended() -> None:
 
 def test_nothing_safe_nothing_recommended() -> None:
     assert verdict([H1]) == "Recommendation for the KEP: none of the measured options held against the bypass client."
+    assert recommended([H1]) is None
 
 
-def test_one_memory_layout_states_no_spread() -> None:
-    (line,) = [line for line in derive([replace(LR, cost=1.2, cost_spread=0.0, layouts=1)]) if "2b." in line[:3]]
-    assert line.endswith("(one memory layout: the spread of the counts was not measured).")
-    assert "noise bound" not in line
+# --- rule 2: grants ----------------------------------------------------------------------------------------------
 
 
-# --- option 4: the out-of-band stream --------------------------------------------------------------------------
-
-STREAM = Stream(period=1.0, tls_bytes_per_report=70.7, bytes_per_s=70.7,
-                in_band_bytes_per_s={1.0: 56.3, 10.0: 577.7, 100.0: 665.0, 1000.0: 3731.3}, per_report=299329.0,
-                stale_in_band={2.0: 4.1, 20.0: 0.6}, stale_out_of_band={2.0: 1.3, 20.0: 1.2}, bound=15.0)  # fmt: skip
-OOB = Figures("out-of-band", "4. out-of-band stream", 0, 60, "no-leak", "load only", False, True, 1.0003, 1.0055,
-              cost_spread=0.0021, layouts=3, stream=STREAM)  # fmt: skip
+def test_rule_grants_a_load_reader_that_grants_identity_loses_to_the_secret_and_back() -> None:
+    assert recommended([FP, replace(LR, grants="any identity"), SS]) == "shared-secret"  # load only beats identity
+    assert recommended([FP, LR, SS]) == "load-reader"  # a certificate beats a secret that grants the same
 
 
-def stream_line(matrix: list[Figures]) -> str:
-    (line,) = [line for line in derive(matrix) if line.startswith("4. out-of-band stream:")]
-    return line
+def test_rule_grants_without_the_load_reader_the_secret_leads_unless_it_grants_identity() -> None:
+    assert recommended([FP, SS]) == "shared-secret"
+    assert recommended([FP, replace(SS, grants="any identity")]) == "front-proxy"
 
 
-def test_option_4_has_its_own_sentence_citing_its_figures() -> None:
-    line = stream_line([*MATRIX, OOB])
-    assert line.startswith("4. out-of-band stream: no leak to the bypass client, and the credential grants load "
-                           "reports only; no request carries an opt-in and no response a report (x1.0003 "
-                           "instructions per request against the feature off; the counts spread 0.21% over 3 "
-                           "memory layouts).")  # fmt: skip
-    assert "The stream costs 299,329 instructions and 70.7 bytes on the wire per report: 70.7 B/s" in line
-    assert "against 56.3 B/s, 577.7 B/s, 665.0 B/s, 3,731.3 B/s in band at 1, 10, 100, 1,000 requests/s" in line
-    assert line.endswith("halved in 1.3 s out of band against 4.1 s in band at 2 load-balanced requests/s; 1.2 s "
-                         "out of band against 0.6 s in band at 20 load-balanced requests/s.")  # fmt: skip
+def test_a_safe_option_whose_grants_were_not_read_says_so() -> None:
+    lines = derive([H1, replace(LR, grants="unknown")])
+    assert lines[1].startswith(
+        "2b. load reader: no leak to the bypass client; what else its credential grants: unknown."
+    )
 
 
-def test_option_4_sentence_follows_its_figures() -> None:
-    never = replace(STREAM, stale_out_of_band={2.0: None, 20.0: None}, per_report=None)
-    line = stream_line([replace(OOB, stream=never)])
-    assert "not within 15 s out of band against 4.1 s in band" in line
-    assert "instructions and" not in line  # not counted: not claimed
+# --- rule 3: cost, where the ranges separate --------------------------------------------------------------------
+
+OTHER = replace(LR, option="load-reader-2", title="2c. another load reader")
 
 
-def test_option_4_stands_beside_the_in_band_default_with_its_reasons() -> None:
-    advice = verdict([*MATRIX, OOB])
-    assert advice.startswith("Recommendation for the KEP: resolve the open question with 2b. load reader as the "
-                             "default; 4. out-of-band stream instead where the load balancer reads reports out of "
-                             "band (no opt-in for a bypass client to try, nothing on the data path, fewer bytes than "
-                             "in band from 10 requests/s per connection up, fresher weights than in band at 2 "
-                             "requests/s, but staler weights than in band at 20 requests/s)")  # fmt: skip
+def test_rule_cost_a_cheaper_range_wins_and_a_dearer_one_loses() -> None:
+    assert recommended([LR, replace(OTHER, cost=LOW)]) == "load-reader-2"
+    assert recommended([LR, replace(OTHER, cost=HIGH)]) == "load-reader"
+    line = next(line for line in derive([LR, replace(OTHER, cost=LOW)]) if line.startswith("2b."))
+    assert "x1.005 [1.004, 1.006] instructions against the feature off; more than 2c. another load reader" in line
 
 
-def test_option_4_that_costs_more_per_request_ranks_as_a_fallback() -> None:
-    advice = verdict([*MATRIX, replace(OOB, cost=1.3)])
-    assert "instead where the load balancer reads reports out of band" not in advice
-    assert "4. out-of-band stream only where the above cannot be deployed" in advice
+def test_rule_cost_overlapping_ranges_do_not_decide() -> None:
+    overlap = Spread(1.0045, 1.0035, 1.0055)
+    assert recommended([LR, replace(OTHER, cost=overlap)]) == "load-reader"  # the KEP's order: policy
+    assert recommended([replace(OTHER, cost=overlap), LR]) == "load-reader-2"
+    line = next(line for line in derive([LR, replace(OTHER, cost=overlap)]) if line.startswith("2b."))
+    assert "within the spread of every other in-band option" in line
+
+
+# --- rule 4: in band (2b) or out of band (4) at matched freshness ----------------------------------------------
+
+
+def cell(path: str, period: float, stale: Spread, wire: Spread) -> MatchedCell:
+    return MatchedCell(path, period, wire, stale, 10, 10, [wire.median] * 10, [stale.median] * 10)
+
+
+FAST, SLOW, MIDDLE = Spread(0.4, 0.3, 0.5), Spread(1.5, 1.1, 2.0), Spread(0.9, 0.45, 1.2)
+SMALL, LARGE = Spread(70.0, 68.0, 72.0), Spread(90.0, 85.0, 95.0)
+
+
+def stream(oob_stale: Spread, oob_wire: Spread, in_stale: Spread = MIDDLE, in_wire: Spread = LARGE) -> OutOfBand:
+    cells = [c for period in (1.0, 0.1) for c in (cell("in-band", period, in_stale, in_wire),
+                                                   cell("out-of-band", period, oob_stale, oob_wire))]  # fmt: skip
+    return OutOfBand("step", 8.0, 40.0, 20.0, 10, cells)
+
+
+def oob(s: OutOfBand) -> Figures:
+    return Figures("out-of-band", "4. out-of-band stream", 0, 52, "no-leak", "load only", False, True,
+                   Spread(0.999, 0.998, 1.001), layouts=3, stream=s, per_report=304937.0)  # fmt: skip
+
+
+def test_rule_stream_out_of_band_leads_where_it_is_fresher_and_smaller() -> None:
+    worse = oob(stream(SLOW, LARGE, in_stale=FAST, in_wire=SMALL))  # staler and more bytes: in band leads
+    assert recommended([*MATRIX, worse]) == "load-reader"
+    assert "(the figures favour in band)" in verdict([*MATRIX, worse])
+    assert "(but staler at a 1 s period, but more bytes at a 1 s period" in verdict([*MATRIX, worse])
+    mixed = oob(stream(SLOW, SMALL, in_stale=FAST))  # staler but fewer bytes: the figures do not decide
+    assert recommended([*MATRIX, mixed]) == "load-reader"
+    assert "(not measured: policy, see below)" in verdict([*MATRIX, mixed])
+    leads = oob(stream(FAST, SMALL, in_stale=SLOW))  # fresher and fewer bytes, nothing worse: out of band leads
+    assert recommended([*MATRIX, leads]) == "out-of-band"
+    text = verdict([*MATRIX, leads])
+    assert text.startswith("Recommendation for the KEP: resolve the open question with 4. out-of-band stream as the "
+                           "default (fresher at a 1 s period, fewer bytes at a 1 s period")  # fmt: skip
+    assert "2b. load reader where the load balancer reads reports in band" in text
+
+
+def test_rule_stream_more_bytes_flips_it_back() -> None:
+    assert recommended([*MATRIX, oob(stream(FAST, LARGE, in_stale=SLOW, in_wire=SMALL))]) is not None
+    assert recommended([*MATRIX, oob(stream(MIDDLE, LARGE, in_wire=SMALL))]) == "load-reader"  # only worse
+    assert recommended([*MATRIX, oob(stream(MIDDLE, SMALL))]) == "out-of-band"  # only better
+
+
+def test_rule_stream_unresolved_figures_leave_it_to_policy_said_as_such() -> None:
+    tie = oob(stream(MIDDLE, SMALL, in_wire=SMALL))
+    assert recommended([*MATRIX, tie]) == "load-reader"
+    text = verdict([*MATRIX, tie])
+    assert "(not measured: policy, see below); 4. out-of-band stream instead where the load balancer reads " in text
+    assert "(the matched figures do not resolve)" in text
+    assert "KEP-6315's alpha specifies reports on responses" in POLICY
+
+
+def test_option_4_sentence_cites_every_cell_and_writes_comparisons_only_where_ranges_separate() -> None:
+    (line,) = [line for line in derive([*MATRIX, oob(stream(MIDDLE, SMALL))]) if line.startswith("4. ")]
+    assert "304,937 instructions per streamed report" in line
+    assert ("At a 1 s period (median, range over 10 runs): the weight halved in 0.9 s (0.45–1.2) out of band "
+            "against 0.9 s (0.45–1.2) in band, which does not resolve; 70 B/s (68–72) on the wire against 90 B/s "
+            "(85–95), fewer bytes.") in line  # fmt: skip
 
 
 def test_option_4_leads_when_every_in_band_option_leaks() -> None:
-    advice = verdict([H1, replace(LR, bypass_leaks=2), OOB])
-    assert advice.startswith("Recommendation for the KEP: resolve the open question with 4. out-of-band stream as "
-                             "the default")  # fmt: skip
+    assert recommended([H1, replace(LR, bypass_leaks=2), oob(stream(MIDDLE, LARGE, in_wire=SMALL))]) == "out-of-band"
 
 
 def test_option_4_that_leaks_is_never_recommended() -> None:
-    advice = verdict([*MATRIX, replace(OOB, bypass_leaks=1)])
+    advice = verdict([*MATRIX, replace(oob(stream(FAST, SMALL, in_stale=SLOW)), bypass_leaks=1)])
     assert "never 1. header only, 4. out-of-band stream" in advice
+
+
+# --- the timing sentence ----------------------------------------------------------------------------------------
+
+
+def test_the_timing_sentence_depends_on_p() -> None:
+    assert timing_sentence(0.68) == ("the timing check of its comparison gave p = 0.68: no evidence of a timing leak "
+                                     "at p < 0.001")  # fmt: skip
+    assert timing_sentence(1e-9) == ("the timing check of its comparison gave p = 1e-09: evidence of a timing leak "
+                                     "(p < 0.001)")  # fmt: skip
+    assert timing_sentence(None) == "its comparison was not timed in this run"
