@@ -15,10 +15,10 @@ import pytest
 
 from secure_orca.lab import launcher as lb
 from secure_orca.lab.evaluate import request_hpack
-from secure_orca.lab.markdown import noise, render_markdown
-from secure_orca.lab.options import OPTIONS, OUT_OF_BAND
-from secure_orca.lab.recommend import recommend
-from secure_orca.lab.results import Evaluation, Instructions, to_json
+from secure_orca.lab.markdown import columns, interval, render_markdown
+from secure_orca.lab.options import OPTIONS, OUT_OF_BAND, TITLES
+from secure_orca.lab.recommend import recommend, recommended_option
+from secure_orca.lab.results import Evaluation, Instructions, Interval, to_json
 
 RECORDED = Path(__file__).parent / "data" / "evaluation-quick"
 
@@ -59,15 +59,24 @@ def check_cells(results: dict[str, Any], markdown: str, envoy: bool) -> None:
         assert cell["title"] in markdown
         assert cell["bypass"]["grants"] == GRANTS[option], option
     assert results["options"]["shared-secret"]["bypass"]["timing_p_value"] is not None
-    assert results["control"]["throughput_ratio"]["median"] > 0 and "A/A control" in markdown
+    assert results["control"]["throughput_ratio"]["median"] > 0 and "A/A control (two replicas)" in markdown
+    rounds = results["settings"]["rounds"]
+    assert [len(results["control"]["runs"][k]) for k in ("throughput_ratio", "p99_ratio")] == [rounds, rounds]
     assert results["options"]["front-proxy"]["handshake"]["connections_per_s_ratio"]["median"] > 0
     assert len(results["recommendation"]) >= 4
-    assert results["recommendation"][-1].startswith(
-        "Recommendation for the KEP: resolve the open question with 2b. load-reader client certificate as the default"
-    )
+    chosen = results["recommended_option"]
+    assert chosen in OPTIONS and chosen not in ("header-only",)
+    assert f"resolve the open question with {TITLES[chosen]} as the default" in results["recommendation"][-1]
+    secret = results["options"]["shared-secret"]
     secret_line = next(line for line in results["recommendation"] if "secret travels" in line)
-    assert str(results["options"]["shared-secret"]["hpack_request_bytes"]) in secret_line
-    check_out_of_band(results, markdown, envoy)
+    assert f"{secret['hpack_request_first_bytes']} HPACK bytes once per connection" in secret_line
+    assert f"then {secret['hpack_request_bytes']} per request" in secret_line
+    assert f"p = {secret['bypass']['timing_p_value']:.3g}" in secret_line
+    assert results["provenance"]["commit"] and results["provenance"]["command"].startswith("secure-orca")
+    assert "## How this was made" in markdown and "## What a reviewer will ask" in markdown
+    assert "### Policy, not measurement" in markdown
+    if envoy:
+        check_out_of_band(results, markdown)
 
 
 # --- a recorded run (pure) ---------------------------------------------------------------------------------
@@ -100,15 +109,57 @@ def test_recorded_run_fills_every_cell_with_instruction_counts(recorded: tuple[d
         if option != OUT_OF_BAND:  # out of band no request opts in (x0.9992 in a full run): check_out_of_band
             assert counted.per_request_on > counted.per_request_off
             assert counted.request_ratio.median > 1
-    assert results.instructions.connection.ratio.median > 1  # the certificate costs instructions
-    assert any("instructions under callgrind" in line for line in results.recommendation)
+    connections = results.instructions.connections
+    assert sorted(connections) == ["front-proxy", "load-reader"]
+    assert all(c.ratio.median > 1 for c in connections.values())  # a certificate costs instructions
+    rows = matrix(markdown)
+    for option in ("front-proxy", "load-reader", "front-proxy,shared-secret", OUT_OF_BAND):  # every certificate
+        assert rows[TITLES[option]][4] != "n/a (no certificate)", option
+    for option in ("header-only", "shared-secret"):
+        assert rows[TITLES[option]][4] == "n/a (no certificate)", option
+    assert any("A new TLS connection presenting the load-reader certificate" in line for line in results.recommendation)
+
+
+def matrix(markdown: str) -> dict[str, list[str]]:
+    """The matrix's rows by title (it comes first; the burden table repeats the titles)."""
+    rows: dict[str, list[str]] = {}
+    for line in markdown.splitlines():
+        if line.startswith("| ") and " | " in line:
+            rows.setdefault(line.split(" | ")[0].removeprefix("| "), line.split(" | "))
+    return rows
+
+
+def test_the_rules_output_on_the_recorded_figures_is_the_recorded_default(recorded: tuple[dict[str, Any], str]) -> None:
+    document = recorded[0]
+    assert recommended_option(Evaluation.from_json(document)) == document["recommended_option"]
+    assert (
+        f"Recommended default (evaluation.json `recommended_option`): `{document['recommended_option']}`" in recorded[1]
+    )
+
+
+PUBLISHED = Path(__file__).parents[1] / "docs" / "security-options.json"
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="docs/security-options.json not published yet (evaluate --publish)")
+def test_the_published_document_follows_from_its_figures() -> None:
+    """The committed document's recommendation and default are what the rules give on its own figures."""
+    document = json.loads(PUBLISHED.read_text())
+    results = Evaluation.from_json(document)
+    assert recommend(results) == document["recommendation"]
+    assert recommended_option(results) == document["recommended_option"]
+    assert PUBLISHED.with_suffix(".md").read_text().endswith(render_markdown(results))
 
 
 def test_the_recommendation_follows_the_recorded_figures(recorded: tuple[dict[str, Any], str]) -> None:
     """A changed figure changes the text: the secret's HPACK bytes, and the load reader's exposure."""
     document = json.loads(json.dumps(recorded[0]))
     document["options"]["shared-secret"]["hpack_request_bytes"] = 9.99
-    assert any("(9.99 HPACK bytes per request" in line for line in recommend(Evaluation.from_json(document)))
+    assert any("then 9.99 per request" in line for line in recommend(Evaluation.from_json(document)))
+    document["options"]["shared-secret"]["bypass"]["timing_p_value"] = 1e-9
+    text = recommend(Evaluation.from_json(document))
+    assert any("p = 1e-09: evidence of a timing leak" in line for line in text)
+    assert "never 1. header only, 3. shared secret" in text[-1]
+    document["options"]["shared-secret"]["bypass"]["timing_p_value"] = 0.5
     document["options"]["load-reader"]["bypass"] |= {"verdict": "leak", "leaks": 3}
     advice = recommend(Evaluation.from_json(document))[-1]
     assert "2b. load-reader client certificate as the default" not in advice
@@ -124,11 +175,11 @@ def test_without_instruction_counts_the_text_says_so(recorded: tuple[dict[str, A
     assert "| not measured | not measured |" in render_markdown(results)
 
 
-def test_request_hpack_counts_the_opt_in_once_indexed() -> None:
-    assert request_hpack(None) == 0
-    bare = request_hpack("TEXT")
-    with_secret = request_hpack("TEXT; secret=" + "x" * 43)
-    assert 1.0 <= bare < with_secret < 2.0  # first send amortized over 100 requests, then one indexed byte
+def test_request_hpack_counts_the_opt_in_once_per_connection_then_indexed() -> None:
+    assert request_hpack(None) == (0, 0)
+    (bare_first, bare), (secret_first, secret) = request_hpack("TEXT"), request_hpack("TEXT; secret=" + "x" * 43)
+    assert bare_first < secret_first and secret_first > 43  # the literal, once per connection
+    assert bare == secret == 1.0  # then one indexed byte per request, whatever the value
 
 
 # --- one live run ------------------------------------------------------------------------------------------
@@ -152,32 +203,28 @@ def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
 # --- option 4, the out-of-band stream -----------------------------------------------------------------------
 
 
-def check_out_of_band(results: dict[str, Any], markdown: str, envoy: bool) -> None:
-    """Option 4's own figures are filled and its sentence cites them."""
+def check_out_of_band(results: dict[str, Any], markdown: str) -> None:
+    """The matched-freshness table is filled, each cell repeated, and option 4's sentence cites every cell."""
     cell = results["options"][OUT_OF_BAND]
     oob = cell["out_of_band"]
     assert "hpack_response" not in cell and cell["hpack_request_bytes"] == 0  # the data path carries nothing
-    assert oob["tls_bytes_per_report"] > oob["grpc_bytes_per_report"] > 0
-    assert [w["rps"] for w in oob["wire"]] == [1, 10, 100, 1000]
-    in_band = [w["in_band_bytes_per_s"] for w in oob["wire"]]
-    assert in_band == sorted(in_band) and {w["out_of_band_bytes_per_s"] for w in oob["wire"]} == {
-        round(oob["tls_bytes_per_report"] / oob["period"], 1)}  # fmt: skip
-    paths = [(s["path"], s["lb_rps"]) for s in oob["staleness"]]
-    rates = results["settings"]["stale_rates"] if envoy else []
-    assert paths == [(path, rate) for rate in rates for path in ("in-band", "out-of-band")]
+    settings = results["settings"]
+    cells = {(c["path"], c["period"]): c for c in oob["cells"]}
+    assert sorted(cells) == sorted((p, t) for p in ("in-band", "out-of-band") for t in settings["matched_periods"])
     (line,) = [line for line in results["recommendation"] if line.startswith(cell["title"] + ":")]
-    assert f"{oob['tls_bytes_per_report']} bytes on the wire per report" in line
-    for s in oob["staleness"]:
-        assert (
-            f"{s['seconds']} s {s['path'].replace('-', ' ')}" if s["moved"] else f"not within {oob['bound']:g}"
-        ) in line
+    for (path, _), c in cells.items():
+        assert c["runs"] == len(c["bytes_runs"]) == len(c["staleness_runs"]) == settings["matched_repeats"]
+        assert c["bytes_per_s"]["min"] > 0
+        assert (c["model_bytes_per_s"] is not None) == (path == "in-band")  # the model, beside the wire figure
+        assert f"{c['staleness']['median']:g} s ({c['staleness']['min']:g}–{c['staleness']['max']:g})" in line
+        assert f"{c['bytes_per_s']['median']:g} B/s ({c['bytes_per_s']['min']:g}–{c['bytes_per_s']['max']:g})" in line
     counted = results["instructions"]
     if "missing" not in counted:
         per_report = counted["oob_report"]["per_report"]["median"]
-        assert per_report > 0 and f"{per_report:,.0f} instructions and" in line
+        assert per_report > 0 and f"{per_report:,.0f} instructions per streamed report" in line
         ratios = {o: counted["options"][o]["request_ratio"]["median"] for o in OPTIONS}
         assert ratios[OUT_OF_BAND] < ratios["load-reader"]  # same replica and certificate, no in-band report
-    assert "## 4. Out of band" in markdown
+    assert "## In band against out of band at matched freshness" in markdown
 
 
 def test_recorded_run_with_option_4_renders_as_written(recorded: tuple[dict[str, Any], str]) -> None:
@@ -186,38 +233,46 @@ def test_recorded_run_with_option_4_renders_as_written(recorded: tuple[dict[str,
     assert to_json(results) == document
     assert recommend(results) == document["recommendation"]
     assert render_markdown(results) == markdown
-    check_out_of_band(document, markdown, envoy=True)
+    check_out_of_band(document, markdown)
 
 
-def test_option_4_sentence_follows_the_recorded_figures(recorded: tuple[dict[str, Any], str]) -> None:
-    """A changed figure changes option 4's sentence and its clause in the recommendation."""
+def test_option_4_sentence_and_the_default_follow_the_recorded_figures(recorded: tuple[dict[str, Any], str]) -> None:
+    """Matched-freshness figures that separate move the default between in band and out of band, both ways."""
     document = json.loads(json.dumps(recorded[0]))
     oob = document["options"][OUT_OF_BAND]["out_of_band"]
-    oob["tls_bytes_per_report"] = 9999.9
-    for s in oob["staleness"]:
-        s |= (
-            {"seconds": oob["bound"], "moved": False}
-            if s["path"] == "out-of-band"
-            else {"seconds": 0.25, "moved": True}
-        )
-    text = recommend(Evaluation.from_json(document))
-    (line,) = [line for line in text if line.startswith("4. out-of-band stream (certificate):")]
-    assert "9999.9 bytes on the wire per report" in line
-    assert f"not within {oob['bound']:g} s out of band against 0.25 s in band" in line
-    assert "fresher weights" not in text[-1] and "but staler weights than in band" in text[-1]
+
+    def spread(value: float) -> dict[str, float]:
+        return {"median": value, "min": value, "max": value}
+
+    for fresher_out in (True, False):
+        for c in oob["cells"]:
+            out = c["path"] == "out-of-band"
+            c["staleness"] = spread(0.25 if out == fresher_out else 3.0)
+            c["bytes_per_s"] = spread(50.0 if out == fresher_out else 500.0)
+        results = Evaluation.from_json(document)
+        assert recommended_option(results) == (OUT_OF_BAND if fresher_out else "load-reader")
+        (line,) = [line for line in recommend(results) if line.startswith("4. out-of-band stream (certificate):")]
+        assert ("fresher; 50 B/s" if fresher_out else "staler; 500 B/s") in line
 
 
-def test_wall_clock_cells_print_only_what_resolves(recorded: tuple[dict[str, Any], str]) -> None:
-    """A wall-clock ratio no farther from 1 than the A/A control's is printed as 'does not resolve'."""
+def test_wall_clock_cells_print_only_outside_the_a_a_interval(recorded: tuple[dict[str, Any], str]) -> None:
+    """A wall-clock median inside the A/A control's 95% interval prints 'does not resolve'; a column in which
+    nothing resolves is dropped."""
     results = Evaluation.from_json(recorded[0])
-    rows: dict[str, list[str]] = {}
-    for line in recorded[1].splitlines():  # the matrix comes first; the burden table repeats the titles
-        if line.startswith("| ") and " | " in line:
-            rows.setdefault(line.split(" | ")[0].removeprefix("| "), line.split(" | "))
+    rows = matrix(recorded[1])
+    keys = columns(results)
     for option in OPTIONS:
         cell = results.options[option]
-        for column, key in ((5, "throughput_ratio"), (6, "p99_ratio")):
-            ratio, control = getattr(cell.request_cost, key), getattr(results.control, key)
-            resolves = abs(ratio.median - 1) > noise(control)
-            assert rows[cell.title][column] == (str(ratio.median) if resolves else "does not resolve")
-    assert not any("noise bound" in line for line in results.recommendation)
+        for column, key in enumerate(keys, start=5):
+            median, control = getattr(cell.request_cost, key).median, interval(results, key)
+            assert rows[cell.title][column] == ("does not resolve" if control.holds(median) else str(median))
+    for key in {"throughput_ratio", "p99_ratio"} - set(keys):
+        assert all(interval(results, key).holds(getattr(results.options[o].request_cost, key).median) for o in OPTIONS)
+
+
+def test_the_a_a_interval_is_a_prediction_interval() -> None:
+    same = Interval.of([1.0] * 10)
+    assert (same.low, same.high) == (1.0, 1.0)
+    spread = Interval.of([0.9, 1.1] * 5)
+    assert spread.low < 0.9 and spread.high > 1.1  # wider than the rounds themselves: one more round's ratio
+    assert not Interval.of([1.0]).holds(float("nan")) and Interval.of([1.0]).holds(123.0)  # one round: nothing resolves
