@@ -178,3 +178,11 @@ def test_the_timing_sentence_depends_on_p() -> None:
     assert timing_sentence(1e-9) == ("the timing check of its comparison gave p = 1e-09: evidence of a timing leak "
                                      "(p < 0.001)")  # fmt: skip
     assert timing_sentence(None) == "its comparison was not timed in this run"
+
+
+def test_rule_cost_one_memory_layout_orders_nothing() -> None:
+    one = [replace(LR, layouts=1), replace(OTHER, cost=LOW, layouts=1)]
+    assert recommended(one) == "load-reader"  # no spread measured: the lower count does not win
+    assert recommended([LR, replace(OTHER, cost=LOW)]) == "load-reader-2"  # with a spread it does
+    line = next(line for line in derive(one) if line.startswith("2b."))
+    assert line.endswith("(one memory layout: no spread was measured, so the counts order nothing).")

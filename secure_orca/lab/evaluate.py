@@ -234,7 +234,7 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
     """Measure every option (see cli/evaluate.py), write evaluation.json and evaluation.md to ``output``.
     ``count_instructions=False`` leaves callgrind out (the instruction columns then say why)."""
     settings = Settings.make(quick)
-    started, at = time.monotonic(), time.gmtime()
+    started, made = time.monotonic(), provenance(time.gmtime())  # the commit that runs, before it can move
     bypass: dict[str, Exposure] = {}
     via: dict[str, Exposure | NotMeasured] = {}
     costs: dict[str, RequestCost] = {}
@@ -293,7 +293,7 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
         for o in OPTIONS
     }
     results = Evaluation(settings, use_envoy, machine(), options, control, instructions,
-                         seconds=round(time.monotonic() - started, 1), provenance=provenance(at))  # fmt: skip
+                         seconds=round(time.monotonic() - started, 1), provenance=made)  # fmt: skip
     results = replace(results, recommendation=recommend(results), recommended_option=recommended_option(results))
     write(results, output)
     return results

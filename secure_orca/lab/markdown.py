@@ -120,6 +120,8 @@ def spread_note(results: Evaluation) -> str:
     counted = results.instructions
     if not isinstance(counted, Instructions):
         return ""
+    if counted.repeats < 2:
+        return "One memory layout: the instruction counts have no measured spread, so they order no options.\n"
     ranges = {o: counted.options[o].request_ratio for o in OPTIONS}
     pairs = [f"{TITLES[a].split('.')[0]} and {TITLES[b].split('.')[0]}" for i, a in enumerate(OPTIONS)
              for b in OPTIONS[i + 1:] if compare(ranges[a], ranges[b]) is None]  # fmt: skip

@@ -74,8 +74,11 @@ def grant_rank(f: Figures) -> int:
 
 
 def cheaper(a: Figures, b: Figures) -> bool:
-    """Rule 3: ``a`` costs fewer instructions per request than ``b``, the ranges over layouts separating."""
-    return a.cost is not None and b.cost is not None and compare(a.cost, b.cost) == "lower"
+    """Rule 3: ``a`` costs fewer instructions per request than ``b``, the ranges over layouts separating (one
+    layout has no spread to separate: it orders nothing)."""
+    if a.cost is None or b.cost is None or min(a.layouts, b.layouts) < 2:
+        return False
+    return compare(a.cost, b.cost) == "lower"
 
 
 def stream_verdict(stream: OutOfBand) -> tuple[list[str], list[str]]:
@@ -190,6 +193,8 @@ def option_sentence(f: Figures, safe: Sequence[Figures]) -> str:
                 f"; more than {', '.join(above)}" if above else ""
             )
             text += " (ranges separate)."
+        elif f.layouts < 2:
+            text += " (one memory layout: no spread was measured, so the counts order nothing)."
         else:
             text += f" ({spread_clause(f)}: within the spread of every other in-band option)."
     return text
