@@ -1,19 +1,25 @@
 """Evaluate KEP-6315's three options (with 2b, the load-reader certificate, and the combination 2 or 3) and
 option 4, out-of-band reports on a StreamCoreMetrics stream entitled by the load-reader certificate, side by side,
-measured on this machine: a development PKI in a temporary directory, one local replica per option (plus one with
-the feature off as the baseline), Envoy in front when the ``envoy`` extra is installed, and for each option:
+measured on this machine: a development PKI in a temporary directory, one local replica per option (plus two with
+the feature off: the baseline and the A/A control), Envoy in front when the ``envoy`` extra is installed, and for
+each option:
 
-- exposure: ``secure-orca probe`` as a client that bypasses the load balancer, and as one that goes through it;
-- cost: instructions per request against the feature-off replica and per new TLS connection with the
-  front-proxy certificate against none (callgrind, deterministic; skipped without valgrind), HPACK bytes per
-  response (wire) and per request (the opt-in, replayed); wall-clock requests/s and p99 ratios as a secondary
-  column, shown only where they resolve beyond their A/A control;
-- option 4: instructions and bytes on the wire per streamed report against the in-band HPACK bytes at 1 to 1,000
-  requests/s, and staleness with Envoy (how long a load step takes to move the weight, in band against out of
-  band, same load);
-- burden: what must be configured and rotated on each side.
+- exposure: ``secure-orca probe`` as a client that bypasses the load balancer, and as one that goes through it
+  (the shared secret's comparison timed, its sentence following p);
+- cost: instructions per request against the feature-off replica and per new TLS connection with each load-balancer
+  certificate against none (callgrind, a range over memory layouts; skipped without valgrind), HPACK bytes per
+  response (wire) and per request (the opt-in: once per connection, then per request); wall-clock requests/s and
+  p99 ratios as a secondary column, printed only outside the A/A control's 95% interval (two feature-off
+  replicas), the column dropped where nothing resolves;
+- in band against out of band at matched freshness (1 s and 0.1 s periods, in band once per sample): bytes on the
+  wire on one loaded replica and staleness with Envoy from a load step at a random time, repeated and interleaved,
+  median and range (``secure_orca/lab/matched.py``);
+- burden: what must be configured and rotated on each side (a description);
+- the recommendation: rules in ``secure_orca/lab/recommend.py``, the default as data (``recommended_option``).
 
-Prints the matrix and writes evaluation.md and evaluation.json to --output.
+Prints the matrix and writes evaluation.md and evaluation.json to --output; ``--publish FILE.md`` (a full run
+only) also writes the document with its provenance and FILE.json beside it: docs/security-options.md is made by
+``./scripts/evaluate.sh --publish docs/security-options.md``.
 """
 
 from __future__ import annotations

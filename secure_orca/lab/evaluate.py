@@ -243,7 +243,7 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="secure-orca-eval-")))
         dev = pki.generate(root / "pki")
-        log(f"development PKI in {root} (removed at the end); starting {len(OPTIONS) + 1} replicas")
+        log(f"development PKI in {root} (removed at the end); starting {len(OPTIONS) + 2} replicas (2 feature off)")
         reps = stack.enter_context(replicas_for(dev))
         for option in OPTIONS:
             log(f"{TITLES[option]}: probing as a client that bypasses the load balancer")
