@@ -216,6 +216,9 @@ def check_out_of_band(results: dict[str, Any], markdown: str) -> None:
         assert c["runs"] == len(c["bytes_runs"]) == len(c["staleness_runs"]) == settings["matched_repeats"]
         assert c["bytes_per_s"]["min"] > 0
         assert ("model_bytes_per_s" in c) == (path == "in-band")  # the model, beside the wire figure
+        if path == "in-band":  # with its error against the median on the wire
+            error = round(c["model_bytes_per_s"] / c["bytes_per_s"]["median"] - 1, 3)
+            assert f"| {c['model_bytes_per_s']:g} ({error:+.0%}) |" in markdown
         assert f"{c['staleness']['median']:g} s ({c['staleness']['min']:g}–{c['staleness']['max']:g})" in line
         assert f"{c['bytes_per_s']['median']:g} B/s ({c['bytes_per_s']['min']:g}–{c['bytes_per_s']['max']:g})" in line
     counted = results["instructions"]
