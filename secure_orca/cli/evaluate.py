@@ -43,7 +43,7 @@ HELP = "measure the options of KEP-6315 and the out-of-band stream side by side 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=Path("evaluation"), help="directory (default: evaluation)")
-    parser.add_argument("--quick", action="store_true", help="short phases (about a minute), as CI runs it")
+    parser.add_argument("--quick", action="store_true", help="short phases, as CI runs it (never with --publish)")
     parser.add_argument("--no-envoy", action="store_true", help="evaluate the replicas directly, even with envoy")
     parser.add_argument("--json", action="store_true", help="print evaluation.json instead of the matrix")
     parser.add_argument("--no-instructions", action="store_true", help="leave out the callgrind counts (faster)")
