@@ -1,8 +1,7 @@
 """What the out-of-band stream (StreamCoreMetrics) costs, measured on a real ``serve``: bytes on the wire per report
 (ciphertext read through a MemoryBIO, HTTP/2 frames, gRPC messages), instructions per streamed report under
-callgrind, and, for comparison, the in-band report's HPACK bytes per second from ``secure_orca.hpackcost.model``.
-Used by ``secure-orca evaluate`` (option 4) and by ``benchmarks/oob_wire.py`` and ``benchmarks/oob_instructions.py``
-(docs/out-of-band.md)."""
+callgrind. Used by ``secure-orca evaluate`` (option 4, ``lab.matched``) and by ``benchmarks/oob_wire.py`` and
+``benchmarks/oob_instructions.py`` (docs/out-of-band.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import socket
 import ssl
 import statistics
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 import h2.config
@@ -18,7 +16,6 @@ import h2.connection
 import h2.events
 
 from secure_orca import pki
-from secure_orca.hpackcost.model import Scenario, simulate
 from secure_orca.lab import instrcount
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
@@ -168,13 +165,3 @@ def report_instructions(long: int, short: int, repeats: int, layout: int = 0) ->
                         read_reports(server.host, server.port, dev, count)
             totals = server.totals()
         return [(totals[f"oob,long,{r}"] - totals[f"oob,short,{r}"]) / (long - short) for r in range(repeats)]
-
-
-IN_BAND_INTERVAL = 0.1  # the server's default sampling interval (serve --endpoint-load-metrics-interval)
-IN_BAND_DECIMALS = 2  # the server's default precision of the TEXT report
-
-
-def in_band_bytes_per_s(rates: Sequence[float]) -> list[float]:
-    """HPACK bytes per second the in-band report adds on one load-balancer connection at each request rate
-    (``secure-orca hpack model --intervals 0.1 --decimals 2 --mitigations none``; deterministic)."""
-    return [simulate(Scenario(rate=r, interval=IN_BAND_INTERVAL, decimals=IN_BAND_DECIMALS)).bytes_per_s for r in rates]
