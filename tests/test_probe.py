@@ -280,7 +280,7 @@ def test_secured_modes_leak_nothing(
 
 def test_timing_check_reports_a_p_value(servers: dict[str, str], dev_pki: pki.DevPKI) -> None:
     """The real server's p-value, and in the same run the positive control: the same check against a server whose
-    comparison leaks on purpose (tests/leaky.py, at least 0.6 ms between a first- and a last-character difference)
+    comparison leaks on purpose (tests/leaky.py, at least 1.6 ms between a first- and a last-character difference)
     must find it; a check that could not would say nothing about the real server."""
     secret = probe_vectors.random_secret(32, random.Random(1))
     with leaky_server(secret) as (url, cafile):
