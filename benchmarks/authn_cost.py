@@ -46,7 +46,7 @@ async def measure(bench: BenchPKI, rounds: int, count: int) -> tuple[dict[str, S
             alone, _ = await _per_request_ns(demo.app, scopes[name], count, 2.0)
             wrapped, _ = await _per_request_ns(layer, scopes[name], count, 2.0)
             added[name].append(wrapped - alone)
-    chains = {"front-proxy": layer.front_proxy(), "client-ca": layer.clients}
+    chains = {"front-proxy": layer.trust.authority.chains, "client-ca": layer.trust.clients}
     verifications = {name: cache.verifier.verifications if cache else 0 for name, cache in chains.items()}
     return {name: Spread.of(values) for name, values in added.items()}, verifications
 

@@ -20,8 +20,8 @@ from secure_orca.orca.headers import REPORT as REPORT_HEADER
 from secure_orca.server import demo
 from secure_orca.server.assembly import build_app, verifications
 from secure_orca.server.config import ServeConfig, build_config
-from secure_orca.server.middleware import CONNECTION_KEY
 from secure_orca.server.sampler import Sampler
+from secure_orca.server.trust import CONNECTION_KEY
 
 from .common import BenchError, BenchPKI, Identity, Spread, markdown_table, parse_serve_flags, rotated
 

@@ -175,12 +175,14 @@ def connection_work(mode: str, count: int) -> None:
     but no chain reaches the middlewares; ``full``: the chain reaches them."""
     import asyncio
 
+    from secure_orca.authz.authority import Authority
     from secure_orca.authz.memo import ConnectionMemo
     from secure_orca.authz.policy import Mode, Policy
     from secure_orca.server.adapter import subject_name
     from secure_orca.server.authentication import AuthenticationConfig, AuthenticationMiddleware
-    from secure_orca.server.middleware import CONNECTION_KEY, Authority, LoadReportMiddleware
+    from secure_orca.server.middleware import LoadReportMiddleware
     from secure_orca.server.sampler import Sampler
+    from secure_orca.server.trust import CONNECTION_KEY, TrustService
 
     ca = pki.make_ca("front-proxy-ca")
     leaf = _der(pki.issue(ca, pki.FRONT_PROXY_CN).cert)
@@ -190,10 +192,11 @@ def connection_work(mode: str, count: int) -> None:
         await send({"type": "http.response.body", "body": b""})
 
     authority = Authority.build(Policy(frozenset({Mode.FRONT_PROXY})), ChainVerifier([ca.cert], [pki.FRONT_PROXY_CN]))
-    authenticated = AuthenticationMiddleware(app, AuthenticationConfig(), lambda: authority.chains, None)
+    trust = TrustService(authority)
+    authenticated = AuthenticationMiddleware(app, AuthenticationConfig(), trust)
     sampler = Sampler()
     sampler.header = (b"endpoint-load-metrics", b"TEXT cpu_utilization=0.1")
-    stack = LoadReportMiddleware(authenticated, enabled=True, authority=authority, sampler=sampler)
+    stack = LoadReportMiddleware(authenticated, enabled=True, trust=trust, sampler=sampler)
 
     async def receive() -> dict[str, object]:
         return {"type": "http.request", "body": b""}

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 
+from secure_orca.authz.authority import Authority
 from secure_orca.authz.memo import FOREVER, Checks, ConnectionMemo, at, microseconds
+from secure_orca.authz.policy import Policy
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 HOUR = 3_600_000_000
+AUTHORITY, ANOTHER = Authority(Policy(frozenset())), Authority(Policy(frozenset()))
 
 
 def held(start: int, end: int) -> ChainResult:
@@ -21,14 +24,14 @@ def test_microseconds_round_trip() -> None:
 
 def test_no_certificate_needs_no_clock() -> None:
     memo = ConnectionMemo()
-    memo.remember("authority", Checks())
+    memo.remember(AUTHORITY, Checks())
     assert not memo.timed and memo.steady(0) == (-(2**63), FOREVER - 1)
 
 
 def test_a_held_check_stands_only_inside_its_window() -> None:
     s = microseconds(START)
     memo = ConnectionMemo()
-    memo.remember("authority", Checks(held(s, s + HOUR), NO_CERTIFICATE))
+    memo.remember(AUTHORITY, Checks(held(s, s + HOUR), NO_CERTIFICATE))
     assert memo.timed
     assert memo.steady(s + 5) == (s, s + HOUR)
     assert memo.steady(s - 5) == (-(2**63), s - 1)  # before: until the window opens
@@ -38,7 +41,7 @@ def test_a_held_check_stands_only_inside_its_window() -> None:
 def test_two_windows_and_a_recheck_bound_each_other() -> None:
     s = microseconds(START)
     memo = ConnectionMemo()
-    memo.remember("authority", Checks(held(s, s + 2 * HOUR), held(s + HOUR, s + 3 * HOUR), recheck=s + 90 * 60_000_000))
+    memo.remember(AUTHORITY, Checks(held(s, s + 2 * HOUR), held(s + HOUR, s + 3 * HOUR), recheck=s + 90 * 60_000_000))
     assert memo.steady(s + 1) == (s, s + HOUR - 1)
     assert memo.steady(s + HOUR) == (s + HOUR, s + 90 * 60_000_000 - 1)
 
@@ -46,5 +49,5 @@ def test_two_windows_and_a_recheck_bound_each_other() -> None:
 def test_remember_forgets_the_last_decision() -> None:
     memo = ConnectionMemo()
     memo.optin, memo.since, memo.until = b"TEXT", 0, 10
-    memo.remember("another", Checks())
-    assert (memo.authority, memo.optin, memo.since, memo.until) == ("another", b"", 0, -1)
+    memo.remember(ANOTHER, Checks())
+    assert memo.authority is ANOTHER and (memo.optin, memo.since, memo.until) == (b"", 0, -1)

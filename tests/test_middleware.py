@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from secure_orca import pki
+from secure_orca.authz.authority import Authority
 from secure_orca.authz.memo import ConnectionMemo
 from secure_orca.authz.policy import Mode, Policy
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.server.asgi import Message, Receive, Scope, Send
-from secure_orca.server.middleware import CONNECTION_KEY, Authority, LoadReportMiddleware
+from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.sampler import Sampler
+from secure_orca.server.trust import CONNECTION_KEY, TrustService
 from secure_orca.x509.chainverifier import ChainVerifier
 
 FP_CA = pki.make_ca("front-proxy-ca")
@@ -57,8 +59,8 @@ def make(enabled: bool = True, modes: frozenset[Mode] = frozenset({Mode.FRONT_PR
     middleware = LoadReportMiddleware(
         backend,
         enabled=enabled,
-        authority=Authority.build(
-            Policy(modes, SecretSet([SECRET])), ChainVerifier([FP_CA.cert], ["front-proxy-client"])
+        trust=TrustService(
+            Authority.build(Policy(modes, SecretSet([SECRET])), ChainVerifier([FP_CA.cert], ["front-proxy-client"]))
         ),
         sampler=sampler,
         on_decision=lambda d: decisions.append(d.reason),
@@ -151,7 +153,8 @@ def test_non_http_scopes_pass_through() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         seen.append(scope["type"])
 
-    middleware = LoadReportMiddleware(app, enabled=True, authority=Authority(Policy(frozenset())), sampler=Sampler())
+    trust = TrustService(Authority(Policy(frozenset())))
+    middleware = LoadReportMiddleware(app, enabled=True, trust=trust, sampler=Sampler())
     asyncio.run(middleware({"type": "lifespan"}, None, None))  # type: ignore[arg-type]
     assert seen == ["lifespan"]
 
@@ -180,5 +183,5 @@ def test_once_per_sample_attaches_each_sample_once_per_connection() -> None:
 
 def test_unknown_attach_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="attach mode"):
-        LoadReportMiddleware(Backend(), enabled=True, authority=Authority(Policy(frozenset())), sampler=Sampler(),
-                             attach="sometimes")  # fmt: skip
+        trust = TrustService(Authority(Policy(frozenset())))
+        LoadReportMiddleware(Backend(), enabled=True, trust=trust, sampler=Sampler(), attach="sometimes")

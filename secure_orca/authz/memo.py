@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
 
+from secure_orca.authz.authority import Authority
 from secure_orca.authz.policy import DECISIONS
 from secure_orca.authz.reasons import Reason
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult
@@ -48,12 +48,12 @@ class ConnectionMemo:
     """
 
     __slots__ = ("authority", "chain_key", "decision", "identity", "last", "optin", "reader", "recheck", "since",
-                 "timed", "until", "verified", "verifying", "windows")  # fmt: skip
+                 "timed", "until", "verified", "windows")  # fmt: skip
 
     def __init__(self) -> None:
         self.last: tuple[bytes, bytes] | None = None
         self.chain_key: bytes | None = None  # ChainCache.key of the connection's client chain, computed once
-        self.authority: object | None = None  # the policy and trusts under which the fields below were computed
+        self.authority: Authority | None = None  # the policy and trusts under which the fields below were computed
         self.identity: ChainResult = NO_CERTIFICATE  # front-proxy check
         self.reader: ChainResult = NO_CERTIFICATE  # load-reader check (option 2b)
         self.windows: tuple[tuple[int, int], ...] = ()  # microsecond windows in which each check holds
@@ -62,10 +62,9 @@ class ConnectionMemo:
         self.optin = b""  # the single opt-in value ``decision`` was made for (reused only within since..until)
         self.since, self.until = 0, -1  # microseconds in which every check holds as it did for ``decision``
         self.decision = DECISIONS[Reason.NO_OPT_IN]
-        self.verified: object | None = None  # the authority whose trusts have this connection's chain cached
-        self.verifying: Any = None  # (authority, the server's task verifying the chain off the loop)
+        self.verified: Authority | None = None  # the authority whose trusts have this connection's chain cached
 
-    def remember(self, authority: object, checks: Checks) -> None:
+    def remember(self, authority: Authority, checks: Checks) -> None:
         """The connection's certificate checks under ``authority`` (forgets the last decision)."""
         self.authority, self.identity, self.reader = authority, checks.identity, checks.reader
         self.optin, self.since, self.until = b"", 0, -1  # no decision yet: nothing to reuse

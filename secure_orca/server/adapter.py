@@ -84,7 +84,7 @@ from secure_orca.credentials.kinds import KeyPair
 from secure_orca.errors import SecureOrcaError
 from secure_orca.server import tls_policy
 from secure_orca.server.h2_headers import REPORT_FIELD_NAME, IndexedEncoder, passes_unchanged, remember
-from secure_orca.server.middleware import CONNECTION_KEY
+from secure_orca.server.trust import CONNECTION_KEY
 
 log = logging.getLogger("secure_orca.server")
 HYPERCORN_VERSION = "0.18.0"

@@ -19,11 +19,12 @@ from secure_orca.server.audit import AuditLog, AuditMiddleware, KnownSecrets, op
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.metrics import Metrics
-from secure_orca.server.middleware import Authority, LoadReportMiddleware
+from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.oob import OobService
 from secure_orca.server.proxy import ProxyApp
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler
+from secure_orca.server.trust import TrustService, authority_from
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier
 
@@ -34,6 +35,7 @@ class Server:
 
     config: ServeConfig
     sampler: Sampler
+    trust: TrustService  # the Authority in force and chain verification, shared by every layer below
     app: LoadReportMiddleware
     proxy: ProxyApp | None
     options: ServerOptions
@@ -47,7 +49,8 @@ class Server:
         """Read every credential file once (CredentialError names the flag at fault) and build from it."""
         material, seen = loader.load(config.files)
         sampler = Sampler(config.interval, decimals=config.decimals)
-        app, proxy = build_app(config, sampler, material)
+        trust = trust_of(config, material)
+        app, proxy = build_app(config, sampler, material, trust)
         metrics = None
         if config.metrics_address:
             metrics = Metrics(sampler, lambda: verifications(app))
@@ -59,8 +62,9 @@ class Server:
             bounds = config.oob
             oob = OobService(
                 app,
-                app,
+                trust,
                 sampler,
+                enabled=config.enabled,
                 decimals=config.decimals,
                 min_interval=bounds.min_interval,
                 max_streams=bounds.max_streams,
@@ -71,9 +75,8 @@ class Server:
             material,
             seen,
             context,
-            app,
+            trust,
             _both(metrics.on_reload if metrics else None, oob.reloaded if oob else None),
-            authentication.trust_clients if authentication else None,
         )
         options = ServerOptions(
             host=config.host,
@@ -91,7 +94,7 @@ class Server:
                 metrics.watch_audit(audit)
         if authentication is not None and (metrics is not None or audit is not None):
             authentication.observe = observer(metrics, audit is not None)
-        return cls(config, sampler, app, proxy, options, reloader, metrics, oob, audit)
+        return cls(config, sampler, trust, app, proxy, options, reloader, metrics, oob, audit)
 
     @property
     def entry(self) -> ASGIApp:
@@ -158,34 +161,39 @@ def _both(
 
 def verifications(app: LoadReportMiddleware) -> int:
     """Client chains verified so far by the trust in force."""
-    chains = app.authority.chains
+    chains = app.trust.authority.chains
     return chains.verifier.verifications if chains else 0
 
 
+def trust_of(config: ServeConfig, material: Material) -> TrustService:
+    """The trust ``material`` grants: the Authority, and the --client-ca-file trust when that authenticator is on."""
+    clients = ChainCache(ChainVerifier(material.client_cas)) if material.client_cas else None
+    return TrustService(authority_from(material, config.modes), clients)
+
+
 def build_app(
-    config: ServeConfig, sampler: Sampler, material: Material
+    config: ServeConfig, sampler: Sampler, material: Material, trust: TrustService | None = None
 ) -> tuple[LoadReportMiddleware, ProxyApp | None]:
-    """The middleware around the demo backend (or the proxy in front of it), trusting ``material``."""
+    """The middleware around the demo backend (or the proxy in front of it), trusting what ``trust`` holds (by
+    default, what ``material`` grants)."""
+    trust = trust or trust_of(config, material)
     backend: ASGIApp = demo.with_work(demo.app) if config.demo_work else demo.app
     inner = backend
     proxy = None
     if config.routes:
         proxy = ProxyApp(config.routes, backend, config.proxy_timeout, client_cert=material.proxy_client)
         inner = proxy
-    clients = ChainCache(ChainVerifier(material.client_cas)) if material.client_cas else None
     tokens = TokenFile(material.tokens) if material.tokens else None
     authenticated = AuthenticationMiddleware(
         BodyDeadline(inner, config.request_timeout),  # every route's request body has a deadline
         replace(config.authentication, tokens=tokens),
-        lambda: middleware.authority.chains,
-        clients,
-        load_readers=lambda: middleware.authority.readers,
+        trust,
     )
     # Load reports are decided outside authentication, exactly as before it existed (a 401 is a response too).
     middleware = LoadReportMiddleware(
         authenticated,
         enabled=config.enabled,
-        authority=Authority.from_material(material, config.modes),
+        trust=trust,
         sampler=sampler,
         attach=config.attach,
     )

@@ -28,9 +28,9 @@ from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
 from secure_orca.authn.user import UserInfo
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
-from secure_orca.server.middleware import chain_key, fill_off_loop, peer, stale
+from secure_orca.server.trust import TrustService, chain_key, peer
 from secure_orca.x509.cache import ChainCache
-from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, ChainVerifier
+from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult
 
 log = logging.getLogger("secure_orca.authn")
 USER_KEY = "secure_orca.user"  # scope key of the authenticated UserInfo
@@ -73,33 +73,30 @@ def current_user(scope: Scope) -> UserInfo | None:
 
 
 class AuthenticationMiddleware:
-    """Authenticate every HTTP request; ``front_proxy`` returns the requestheader chain cache in force (it
-    is replaced whole on a credential reload), ``clients`` checks chains against --client-ca-file."""
+    """Authenticate every HTTP request; ``trust`` holds the requestheader and load-reader chain caches in force
+    (its Authority, replaced whole on a credential reload) and the --client-ca-file one (``clients``)."""
 
     def __init__(
         self,
         app: ASGIApp,
         config: AuthenticationConfig,
-        front_proxy: Callable[[], ChainCache | None],
-        clients: ChainCache | None,
+        trust: TrustService,
         on_failure: Callable[[str], None] | None = None,
-        load_readers: Callable[[], ChainCache | None] = lambda: None,
     ) -> None:
         self.app = app
         self.authenticate = config.authenticator()
         self.identity = IdentityHeaders([STANDARD, config.header_names])
-        self.front_proxy = front_proxy
-        self.clients = clients
+        self.trust = trust
         self.on_failure = on_failure
-        self.load_readers = load_readers
         self.observe: Observer | None = None
 
-    def trust_clients(self, client_cas: list[x509.Certificate]) -> None:
-        """Replace the --client-ca-file trust (on reload); the x509 authenticator must already be configured."""
-        if self.clients is not None:
-            self.clients = ChainCache(ChainVerifier(client_cas))
+    def _caches(self) -> tuple[ChainCache | None, ChainCache | None, ChainCache | None]:
+        """The load-reader, front-proxy and client-CA caches in force: read once per request."""
+        authority = self.trust.authority
+        return authority.readers, authority.chains, self.trust.clients
 
     def request(self, scope: Scope) -> Request:
+        readers, front_proxy, clients = self._caches()
         now = dt.datetime.now(dt.UTC)
         extensions = scope.get("extensions") or {}
         tls = extensions.get("tls") or {}
@@ -112,19 +109,17 @@ class AuthenticationMiddleware:
         def check(cache: ChainCache | None) -> ChainResult:
             return cache.lookup(chain, now, key, peer(scope)) if cache is not None else NO_CERTIFICATE
 
-        if check(self.load_readers()).holds_at(now):
+        if check(readers).holds_at(now):
             # a load reader's certificate: it may read load reports and asserts nothing (option 2b)
             return Request(scope["headers"], now)
-        return Request(scope["headers"], now, leaf, check(self.front_proxy()), check(self.clients))
+        return Request(scope["headers"], now, leaf, check(front_proxy), check(clients))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        chain = tuple(((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_chain") or ())
-        caches = (self.load_readers(), self.front_proxy(), self.clients)
-        if chain and stale(caches, scope["extensions"], chain):  # verified off the loop; request() only looks up
-            await fill_off_loop(caches, scope["extensions"], chain, peer(scope))
+        extensions = scope.get("extensions") or {}
+        await self.trust.verify(self._caches(), extensions, peer(scope))  # off the loop; request() only looks up
         started = time.perf_counter() if self.observe is not None else 0.0
         request = self.request(scope)
         outcome = self.authenticate(request)

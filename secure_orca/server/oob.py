@@ -2,11 +2,12 @@
 around ``secure_orca.orca.oob``).
 
 Mounted in front of the load-report middleware, so the stream is neither a request of the sampler's rates nor
-seen by the application. The entitlement is the in-band path's verified decision (``LoadReportMiddleware
-.identify`` under the middleware's ``Authority``: the same caches, the same reload), re-checked at every report
-and whenever a reload swaps the Authority (``reloaded``), so a revoked or expired certificate's stream ends at
-once with PERMISSION_DENIED. Refusals are trailers-only and read nothing of the request body. Every stream
-ends with a status: server shutdown and connection rotation (GOAWAY) end it with UNAVAILABLE.
+seen by the application. The entitlement is the in-band path's verified decision (``TrustService.checks`` under
+the Authority in force: the same caches, the same reload, the chain verified off the loop and charged to the
+client's address), re-checked at every report and whenever a reload swaps the Authority (``reloaded``), so a
+revoked or expired certificate's stream ends at once with PERMISSION_DENIED. Refusals are trailers-only and read
+nothing of the request body. Every stream ends with a status: server shutdown and connection rotation (GOAWAY) end
+it with UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from secure_orca.authz.authority import Authority
+from secure_orca.authz.memo import Checks, at
 from secure_orca.authz.reasons import Reason
 from secure_orca.orca import oob
 from secure_orca.orca.oob import GrpcError, Status
 from secure_orca.orca.report import LoadReport
 from secure_orca.server.adapter import ROTATION_KEY
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond
-from secure_orca.server.middleware import CONNECTION_KEY, Authority, Checks, LoadReportMiddleware, at, now_us
 from secure_orca.server.sampler import Sampler
+from secure_orca.server.trust import CONNECTION_KEY, TrustService, now_us, peer
 
 log = logging.getLogger("secure_orca.oob")
 READ_TIMEOUT = 10.0  # seconds an entitled caller has to send its one request message
@@ -34,33 +37,39 @@ READ_TIMEOUT = 10.0  # seconds an entitled caller has to send its one request me
 class _Stream:
     """One open stream's state, woken by its timer, a reload, a rotation, shutdown or the client's reset."""
 
-    __slots__ = ("authority", "checks", "connection", "extensions", "gone", "wake")
+    __slots__ = ("address", "authority", "checks", "connection", "extensions", "gone", "wake")
 
-    def __init__(self, authority: Authority, checks: Checks, extensions: Scope, connection: int) -> None:
+    def __init__(
+        self, authority: Authority, checks: Checks, extensions: Scope, connection: int, address: str | None
+    ) -> None:
         self.authority = authority
         self.checks = checks
         self.extensions = extensions  # the connection's TLS extension, to identify it again after a reload
+        self.address = address  # the client's, charged for verifying its chain again after a reload
         self.connection = connection  # the key of its connection's count
         self.gone = False
         self.wake = asyncio.Event()
 
 
 class OobService:
-    """The ASGI app serving ``oob.PATH``; everything else goes to ``app`` unchanged."""
+    """The ASGI app serving ``oob.PATH``; everything else goes to ``app`` unchanged. ``enabled`` is the
+    load-report feature (as the middleware's)."""
 
     def __init__(
         self,
         app: ASGIApp,
-        middleware: LoadReportMiddleware,
+        trust: TrustService,
         sampler: Sampler,
         *,
+        enabled: bool,
         decimals: int,
         min_interval: float,
         max_streams: int,
         max_per_connection: int,
     ) -> None:
         self.app = app
-        self.middleware = middleware
+        self.trust = trust
+        self.enabled = enabled
         self.sampler = sampler
         self.decimals = decimals
         self.min_interval = min_interval
@@ -100,8 +109,9 @@ class OobService:
             )
             return
         extensions = scope.get("extensions") or {}
-        authority = self.middleware.authority
-        checks = self.middleware.identify(extensions, authority, now_us())
+        address = peer(scope)
+        authority = self.trust.authority
+        checks = await self.trust.checks(extensions, authority, address)
         reason = self._entitled(authority, checks)
         if not reason.grants:
             presented = reason is not Reason.NO_CERTIFICATE
@@ -114,7 +124,7 @@ class OobService:
         if len(self.streams) >= self.max_streams or self.per_connection[connection] >= self.max_per_connection:
             await self._trailers_only(send, Status.RESOURCE_EXHAUSTED, "too many load report streams")
             return
-        stream = _Stream(authority, checks, extensions, connection)
+        stream = _Stream(authority, checks, extensions, connection, address)
         self.streams.add(stream)
         self.per_connection[connection] += 1
         try:
@@ -143,7 +153,7 @@ class OobService:
             del self.per_connection[stream.connection]
 
     def _entitled(self, authority: Authority, checks: Checks) -> Reason:
-        if not self.middleware.enabled:
+        if not self.enabled:
             return Reason.FEATURE_OFF
         return authority.policy.entitles_stream(checks.identity, at(now_us()), checks.reader)
 
@@ -161,23 +171,26 @@ class OobService:
             self._frame = (report, framed)
         return framed
 
-    def _verdict(self, stream: _Stream, rotation: Any) -> tuple[Status, str] | None:
+    async def _verdict(self, stream: _Stream, rotation: Any) -> tuple[Status, str] | None:
         """Why the stream must end now, or None."""
         if self.closing:
             return Status.UNAVAILABLE, "server shutting down"
         if rotation is not None and rotation.started:
             return Status.UNAVAILABLE, "connection rotating (GOAWAY)"
-        authority = self.middleware.authority
+        authority = self.trust.authority
         if authority is not stream.authority:
-            return None if self._recheck(stream, authority) else (Status.PERMISSION_DENIED, "entitlement withdrawn")
+            if not await self._recheck(stream, authority):
+                return Status.PERMISSION_DENIED, "entitlement withdrawn"
+            return None
         if not self._entitled(authority, stream.checks).grants:
             return Status.PERMISSION_DENIED, "entitlement expired"
         return None
 
-    def _recheck(self, stream: _Stream, authority: Authority) -> bool:
-        """Under a reloaded Authority, the stream's certificate is identified afresh (its chain cache is new)."""
+    async def _recheck(self, stream: _Stream, authority: Authority) -> bool:
+        """Under a reloaded Authority, the stream's certificate is checked afresh (its chain cache is new): verified
+        off the loop and charged to the stream's address, as in band."""
         stream.authority = authority
-        stream.checks = self.middleware.identify(stream.extensions, authority, now_us())
+        stream.checks = await self.trust.checks(stream.extensions, authority, stream.address)
         return self._entitled(authority, stream.checks).grants
 
     async def _stream(
@@ -194,7 +207,7 @@ class OobService:
                         "trailers": True})  # fmt: skip
             due = loop.time()
             while True:
-                verdict = self._verdict(stream, rotation)
+                verdict = await self._verdict(stream, rotation)
                 if stream.gone:
                     return
                 if verdict is not None:

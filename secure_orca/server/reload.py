@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import serialization
 
 from secure_orca.credentials.loader import Material, Source, fingerprint, with_value
 from secure_orca.errors import CredentialError
-from secure_orca.server.middleware import Authority, LoadReportMiddleware
+from secure_orca.server.trust import TrustService
 
 log = logging.getLogger("secure_orca.reload")
 READ_TIMEOUT = 5.0  # seconds one poll may spend reading files before the server says so
@@ -72,16 +72,15 @@ class Reloader:
         material: Material,
         seen: dict[str, Hashable],
         context: ssl.SSLContext,
-        middleware: LoadReportMiddleware,
+        trust: TrustService,
         on_reload: Callable[[str, bool], None] | None = None,
-        on_client_ca: Callable[[list[x509.Certificate]], None] | None = None,
         read_timeout: float = READ_TIMEOUT,
     ) -> None:
-        """Primed from the loader's first result: ``material`` is in force, ``seen`` its files' fingerprints."""
+        """Primed from the loader's first result: ``material`` is in force, ``seen`` its files' fingerprints;
+        ``trust`` receives every new Authority and client-CA trust."""
         self.context = context
-        self.middleware = middleware
+        self.trust = trust
         self.on_reload = on_reload
-        self.on_client_ca = on_client_ca  # the x509 authenticator's trust follows the handshake's
         self.read_timeout = read_timeout
         self.watched = [Watched(source, seen.get(source.flag)) for source in sources if source.live]
         self.material = material
@@ -118,12 +117,11 @@ class Reloader:
             material.serving.load_into(self.context)
         elif source.field == "client_cas":
             self._trust_in_handshake(material.client_cas)
-            if self.on_client_ca is not None:
-                self.on_client_ca(list(material.client_cas))
+            self.trust.trust_clients(material.client_cas)  # the x509 authenticator's trust follows the handshake's
         else:
             if source.field in ("requestheader_cas", "reader_cas"):
                 self._trust_in_handshake(value)  # new CAs must complete handshakes too
-            self.middleware.authority = Authority.from_material(material, self.middleware.authority.policy.modes)
+            self.trust.reload(material)
         self.material = material
 
     def apply(self, outcomes: list[Outcome]) -> list[str]:

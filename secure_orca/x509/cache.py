@@ -6,8 +6,9 @@ import base64
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
+from typing import TypeVar
 
-from secure_orca.x509.budget import AddressBudget
+from secure_orca.x509.budget import AddressBudget, address_key
 from secure_orca.x509.chainverifier import UNTRUSTED, ChainResult, ChainVerifier, parsed
 from secure_orca.x509.verify import MAX_VERIFICATION_COST
 
@@ -16,6 +17,7 @@ MAX_CHAIN_CERTS = 8  # a front proxy presents a leaf and a few intermediates; lo
 NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 _SECOND = dt.timedelta(seconds=1)
 _HEADER, _FOOTER = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+K = TypeVar("K")
 ADDRESSES = AddressBudget()  # the process's signature work per client address, across every trust
 
 
@@ -32,6 +34,7 @@ def pem_to_der(pem: str) -> bytes:
 class Cached:
     result: ChainResult
     recheck_at: dt.datetime  # the first moment a certificate of the chain changes validity; verify again then
+    address: str | None = None  # set: refused for this address's budget (``address_key``), not for the chain
 
 
 class ChainCache:
@@ -44,13 +47,15 @@ class ChainCache:
     presented certificates: a certificate seen before it became valid is verified again once it is.
 
     A lookup that names the client's address verifies with at most what that address has left in ``addresses``
-    (and charges it); a chain refused because the address ran out stays refused until it has a full
-    verification's budget again, then is verified anew."""
+    (and charges it the work done); a chain refused because the address ran out stays refused for that address
+    until it has a full verification's budget again, then is verified anew. Such a refusal is the address's, not
+    the chain's: it is kept apart, per (chain, address), and never answers a lookup from another address."""
 
     def __init__(self, verifier: ChainVerifier, addresses: AddressBudget = ADDRESSES) -> None:
         self.verifier = verifier
         self.addresses = addresses
         self._results: dict[bytes, Cached] = {}
+        self._refused: dict[tuple[bytes, str], Cached] = {}  # (key, address_key): the address's budget refusals
 
     @staticmethod
     def key(chain: tuple[str, ...]) -> bytes:
@@ -76,12 +81,12 @@ class ChainCache:
         seconds = now.timestamp()
         left = min(self.addresses.available(address, seconds), MAX_VERIFICATION_COST)
         if left <= 0:
-            return Cached(UNTRUSTED, self._retry(address, now))
+            return Cached(UNTRUSTED, self._retry(address, now), address_key(address))
         spent = [0, 0]
         result = self.verifier.verify_der(ders, now, left, spent)
         self.addresses.spend(address, spent[0], seconds)
         if not result.ok and spent[1] and left < MAX_VERIFICATION_COST:  # the address's bound, not the chain's
-            return Cached(result, self._retry(address, now))
+            return Cached(result, self._retry(address, now), address_key(address))
         return Cached(result, _next_not_before(ders, now))
 
     def _retry(self, address: str, now: dt.datetime) -> dt.datetime:
@@ -101,26 +106,41 @@ class ChainCache:
     ) -> tuple[ChainResult, dt.datetime]:
         """The result for ``chain`` and the moment it must be looked up again (time alone may change it)."""
         key = key if key is not None else self.key(chain)
-        cached = self._results.get(key)
-        if cached is None or now >= cached.recheck_at:
+        cached = self._cached(key, now, address)
+        if cached is None:
             cached = self.compute(chain, now, address)
             self.store(key, cached)
         return cached.result, cached.recheck_at
 
-    def fresh(self, key: bytes, now: dt.datetime) -> bool:
-        """Whether a lookup of the chain with this key at ``now`` would verify nothing."""
+    def _cached(self, key: bytes, now: dt.datetime, address: str | None) -> Cached | None:
+        """The chain's own result, else this address's refusal, while it stands at ``now``."""
         cached = self._results.get(key)
-        return cached is not None and now < cached.recheck_at
+        if (cached is None or now >= cached.recheck_at) and address is not None and self._refused:
+            cached = self._refused.get((key, address_key(address)))
+        return cached if cached is not None and now < cached.recheck_at else None
+
+    def fresh(self, key: bytes, now: dt.datetime, address: str | None = None) -> bool:
+        """Whether a lookup of the chain with this key at ``now`` from ``address`` would verify nothing."""
+        return self._cached(key, now, address) is not None
 
     def compute(self, chain: tuple[str, ...], now: dt.datetime, address: str | None = None) -> Cached:
         """Verify ``chain`` without touching the cache (the server runs this off its event loop)."""
         return self._verify(chain, now, address)
 
     def store(self, key: bytes, cached: Cached) -> None:
-        self._results.pop(key, None)
-        if len(self._results) >= CACHE_SIZE:
-            self._results.pop(next(iter(self._results)))
-        self._results[key] = cached
+        """Keep ``cached``: shared by every lookup of the chain, or, an address's refusal, by that address's."""
+        if cached.address is None:
+            _put(self._results, key, cached)
+        else:
+            _put(self._refused, (key, cached.address), cached)
+
+
+def _put(results: dict[K, Cached], key: K, cached: Cached) -> None:
+    """Insert as the newest entry, forgetting the oldest beyond ``CACHE_SIZE``."""
+    results.pop(key, None)
+    if len(results) >= CACHE_SIZE:
+        results.pop(next(iter(results)))
+    results[key] = cached
 
 
 def _next_not_before(ders: list[bytes], now: dt.datetime) -> dt.datetime:

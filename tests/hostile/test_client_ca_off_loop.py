@@ -10,9 +10,11 @@ import threading
 from collections.abc import MutableMapping
 from typing import Any
 
+from secure_orca.authz.authority import Authority
 from secure_orca.authz.memo import ConnectionMemo
+from secure_orca.authz.policy import Policy
 from secure_orca.server.authentication import USER_KEY, AuthenticationConfig, AuthenticationMiddleware
-from secure_orca.server.middleware import CONNECTION_KEY
+from secure_orca.server.trust import CONNECTION_KEY, TrustService
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainResult, ChainVerifier
 from tests import x509corpus as shapes
@@ -41,7 +43,7 @@ def test_other_connections_are_answered_while_a_client_ca_chain_is_verified() ->
     user = ssl.DER_cert_to_PEM_cert(shapes.leaf(ca, "alice").der)
     clients = ChainCache(ChainVerifier([ca.cert]))
     config = AuthenticationConfig(client_certs=True, anonymous=True)
-    middleware = AuthenticationMiddleware(app, config, lambda: None, clients)
+    middleware = AuthenticationMiddleware(app, config, TrustService(Authority(Policy(frozenset())), clients))
     verify_der = clients.verifier.verify_der
     started, release = threading.Event(), threading.Event()
 

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from secure_orca import pki
+from secure_orca.authz.authority import Authority
 from secure_orca.authz.memo import ConnectionMemo, microseconds
 from secure_orca.authz.policy import Policy
 from secure_orca.authz.secrets import SecretSet
 from secure_orca.server import middleware as middleware_module
-from secure_orca.server.middleware import Authority
+from secure_orca.server import trust as trust_module
 from secure_orca.x509.chainverifier import ChainVerifier
 from tests.test_middleware import FP_CA, FP_PEM, OPT_IN, SECRET, call, make, orca
 
@@ -40,7 +41,7 @@ def test_reloaded_secrets_apply_to_open_connections() -> None:
     memo = ConnectionMemo()
     assert len(orca(call(middleware, [secret_optin(SECRET)], None, memo))) == 1
     modes = middleware.authority.policy.modes
-    middleware.authority = Authority.build(Policy(modes, SecretSet(["rotated-secret-0123456789"])), None)
+    middleware.trust.authority = Authority.build(Policy(modes, SecretSet(["rotated-secret-0123456789"])), None)
     assert orca(call(middleware, [secret_optin(SECRET)], None, memo)) == []
     assert decisions == ["shared-secret", "secret"]
 
@@ -51,7 +52,7 @@ def test_reloaded_front_proxy_trust_applies_to_open_connections() -> None:
     assert len(orca(call(middleware, [OPT_IN], [FP_PEM], memo))) == 1
     other_ca = pki.make_ca("another-front-proxy-ca")
     policy = middleware.authority.policy
-    middleware.authority = Authority.build(policy, ChainVerifier([other_ca.cert], ["front-proxy-client"]))
+    middleware.trust.authority = Authority.build(policy, ChainVerifier([other_ca.cert], ["front-proxy-client"]))
     assert orca(call(middleware, [OPT_IN], [FP_PEM], memo)) == []
     assert decisions == ["front-proxy", "untrusted-ca"]
 
@@ -89,6 +90,7 @@ def test_grant_ends_the_microsecond_the_certificate_expires(monkeypatch: pytest.
     pem = leaf.cert_pem().decode()
     clock = {"us": microseconds(start)}
     monkeypatch.setattr(middleware_module, "time", SimpleNamespace(time_ns=lambda: clock["us"] * 1000 + 999))
+    monkeypatch.setattr(trust_module, "time", SimpleNamespace(time_ns=lambda: clock["us"] * 1000 + 999))
     middleware, _, _, decisions = make()
     memo = ConnectionMemo()
     for at in (microseconds(start), microseconds(not_after), microseconds(not_after) + 1, microseconds(start)):
@@ -106,6 +108,7 @@ def test_a_certificate_refused_before_its_not_before_is_granted_once_valid(monke
     pem = leaf.cert_pem().decode()
     clock = {"us": microseconds(start)}
     monkeypatch.setattr(middleware_module, "time", SimpleNamespace(time_ns=lambda: clock["us"] * 1000))
+    monkeypatch.setattr(trust_module, "time", SimpleNamespace(time_ns=lambda: clock["us"] * 1000))
     middleware, _, _, decisions = make()
     memo = ConnectionMemo()
     for moment in (start, not_before - dt.timedelta(microseconds=1), not_before, not_before + dt.timedelta(hours=1)):

@@ -120,20 +120,18 @@ def test_fifo_in_place_of_a_credential_file_never_freezes_the_server(rig: Rig) -
 def test_a_stuck_read_never_blocks_the_loop_nor_doubles(dev_pki: pki.DevPKI, monkeypatch: pytest.MonkeyPatch) -> None:
     """A credential file on a filesystem that hangs: the poll gives up after its timeout (logged once), the
     event loop keeps running, and no second reader starts while the first is stuck."""
+    from secure_orca.authz.authority import Authority
     from secure_orca.authz.policy import Policy
     from secure_orca.credentials import loader
     from secure_orca.server import reload
     from secure_orca.server.adapter import make_server_context
-    from secure_orca.server.middleware import Authority, LoadReportMiddleware
-    from secure_orca.server.sampler import Sampler
+    from secure_orca.server.trust import TrustService
 
     files = loader.CredentialFiles(cert=dev_pki.cert("server"), key=dev_pki.key("server"))
     material, seen = loader.load(files)
-    middleware = LoadReportMiddleware(
-        lambda *_: asyncio.sleep(0), enabled=True, authority=Authority(Policy(frozenset())), sampler=Sampler()
-    )
+    trust = TrustService(Authority(Policy(frozenset())))
     context = make_server_context(material.serving, material.anchors())
-    reloader = reload.Reloader(loader.sources(files), material, seen, context, middleware, read_timeout=0.2)
+    reloader = reload.Reloader(loader.sources(files), material, seen, context, trust, read_timeout=0.2)
     release, readers = threading.Event(), []
     real_read = loader.read_credential
 

@@ -8,7 +8,8 @@ import threading
 from typing import Any
 
 from secure_orca.authz.memo import ConnectionMemo
-from secure_orca.server.middleware import CONNECTION_KEY, LoadReportMiddleware
+from secure_orca.server.middleware import LoadReportMiddleware
+from secure_orca.server.trust import CONNECTION_KEY
 from secure_orca.x509.chainverifier import ChainResult
 from tests.asgi_call import run_asgi
 from tests.test_middleware import FP_PEM, OPT_IN, make, orca

@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 from secure_orca.authz.memo import ConnectionMemo
-from secure_orca.server.middleware import CONNECTION_KEY, LoadReportMiddleware
+from secure_orca.server.middleware import LoadReportMiddleware
+from secure_orca.server.trust import CONNECTION_KEY
 from secure_orca.x509.budget import CAPACITY, RATE, AddressBudget, address_key
 from secure_orca.x509.verify import MAX_VERIFICATION_COST
 from tests import x509corpus as shapes
