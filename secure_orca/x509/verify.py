@@ -55,6 +55,21 @@ def signature_cost(parent: GoCertificate) -> int:
     return max(1, modulus.bit_length() ** 2 * exponent.bit_length() // (2048 * 2048 * 17))
 
 
+def operation_cost(child: GoCertificate, parent: GoCertificate) -> int:
+    """The work of checking ``child``'s signature with ``parent``'s key: its ``signature_cost``, or 0 where the
+    check stops before any public-key operation. That is a signature algorithm of another key type, or an RSA
+    signature whose length is not the modulus's (RFC 8017 8.2.2; Go 1.26.0 crypto/internal/fips140/rsa
+    verifyPKCS1v15 and verifyPSS refuse it first). The budget is charged the work done, not the key's size: a
+    decoy RSA-8192 "issuer" of a certificate signed with a 2048-bit key costs nothing to refuse."""
+    oid = child.signature_oid
+    algorithm = KEY_RSA if oid == _RSA_PSS else _SIGNATURES[oid][0] if oid in _SIGNATURES else None
+    if algorithm != parent.key_oid:
+        return 0
+    if parent.rsa is not None and len(child.signature) != (parent.rsa[0].bit_length() + 7) // 8:
+        return 0
+    return signature_cost(parent)
+
+
 _KNOWN_KEYS = frozenset({KEY_RSA, KEY_EC, KEY_ED25519, KEY_X25519, KEY_DSA})
 _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "2.16.840.1.101.3.4.2.1": hashes.SHA256,
@@ -143,9 +158,12 @@ def check_signature(child: GoCertificate, parent: GoCertificate, operations: lis
         return False  # Go verifies with the right-aligned key, which did not make this signature
     if child.signature_oid == KEY_ED25519 and child.signature_params:
         return False  # x509.go getSignatureAlgorithmFromAI: Ed25519 parameters must be absent (RFC 8410)
+    cost = operation_cost(child, parent)
+    if not cost:
+        return False
     if operations is not None:  # [public-key operations, their signature_cost]
         operations[0] += 1
-        operations[1] += signature_cost(parent)
+        operations[1] += cost
     try:
         key = serialization.load_der_public_key(parent.raw_spki)
         if child.signature_oid == _RSA_PSS:
@@ -229,7 +247,7 @@ def _build(
         checks[0] += 1
         if checks[0] > MAX_SIGNATURE_CHECKS:
             continue
-        if budget is not None and operations[1] + signature_cost(candidate) > budget:
+        if budget is not None and operations[1] + operation_cost(child, candidate) > budget:
             operations[2] = 1
             continue
         if not check_signature(child, candidate, operations) or not _ca_valid(candidate, intermediate, chain, now):
