@@ -20,6 +20,7 @@ PURE = (
     "secure_orca.authz.policy",
     "secure_orca.authz.secrets",
     "secure_orca.authz.memo",
+    "secure_orca.authz.authority",
     "secure_orca.x509",
     "secure_orca.hpackcost.walk",
     "secure_orca.hpackcost.model",
