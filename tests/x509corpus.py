@@ -157,6 +157,16 @@ def resign(
 VERSION, SERIAL, SIGALG, ISSUER, VALIDITY, SUBJECT, SPKI = range(7)
 
 
+def with_signature(node: Node, algorithm: bytes, signature: bytes) -> Node:
+    """``node`` declaring ``algorithm`` (in both places) with ``signature`` as its signature value, unsigned:
+    the shape of a certificate whose check runs a public-key operation of the signature's size and fails."""
+    tbs, _, _ = _split(node.der)
+    fields = _elements(Reader(tbs).read(der.SEQUENCE))
+    fields[SIGALG] = algorithm
+    new_tbs = tlv(der.SEQUENCE, b"".join(fields))
+    return Node(tlv(der.SEQUENCE, new_tbs + algorithm + tlv(der.BIT_STRING, b"\x00" + signature)), node.key)
+
+
 def add_extension(raw: bytes) -> TbsEdit:
     def edit(fields: list[bytes]) -> list[bytes]:
         wrapper = fields[-1]

@@ -23,7 +23,9 @@ ATTACKER, OTHER = "198.51.100.7", "203.0.113.9"
 
 
 def crafted_chains(count: int) -> list[list[str]]:
-    """``count`` chains sharing 7 decoys (RSA-8192 keys nobody holds, e = 65537): 16 cost units per check."""
+    """``count`` chains sharing 7 decoys (RSA-8192 keys nobody holds, e = 65537): 16 cost units per check. Each
+    leaf carries an RSA signature of the decoys' modulus length, so every check runs a real public-key operation
+    (a shorter one is refused before any, and costs nothing: test_budget_neighbours)."""
     issuer = shapes.make("crafted", shapes.root(), ca=True)
     decoys = [
         shapes.resign(
@@ -33,9 +35,14 @@ def crafted_chains(count: int) -> list[list[str]]:
         )
         for i in range(7)
     ]
-    return [
-        [ssl.DER_cert_to_PEM_cert(n.der) for n in (shapes.leaf(issuer, f"client-{i}"), *decoys)] for i in range(count)
+    rsa_sha256 = shapes.algorithm_der_null("1.2.840.113549.1.1.11")
+    leaves = [
+        shapes.with_signature(
+            shapes.leaf(issuer, f"client-{i}"), rsa_sha256, b"\x01" + bytes(range(255)) * 4 + b"\x01\x02\x03"
+        )
+        for i in range(count)
     ]
+    return [[ssl.DER_cert_to_PEM_cert(n.der) for n in (leaf, *decoys)] for leaf in leaves]
 
 
 async def request(middleware: LoadReportMiddleware, chain: list[str], host: str) -> list[Any]:
