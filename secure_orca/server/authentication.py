@@ -118,8 +118,9 @@ class AuthenticationMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        extensions = scope.get("extensions") or {}
-        await self.trust.verify(self._caches(), extensions, peer(scope))  # off the loop; request() only looks up
+        extensions, caches, address = scope.get("extensions") or {}, self._caches(), peer(scope)
+        if self.trust.stale(caches, extensions, address):  # verified off the loop; request() only looks up
+            await self.trust.verify(caches, extensions, address)
         started = time.perf_counter() if self.observe is not None else 0.0
         request = self.request(scope)
         outcome = self.authenticate(request)

@@ -91,10 +91,9 @@ class LoadReportMiddleware:
         authority = self.trust.authority  # one read: a reload swaps policy and trust together
         extensions = scope.get("extensions") or {}
         memo: ConnectionMemo | None = extensions.get(CONNECTION_KEY)
-        identify = self.trust.identify
         if memo is None:
             now = now_us()
-            checks = identify(extensions, authority, now, peer(scope))
+            checks = self.trust.identify(extensions, authority, now, peer(scope))
             return authority.policy.decide(optin_values, checks.identity, at(now), checks.reader)
         now = time.time_ns() // 1000 if memo.timed else 0  # now_us(), inline: this is every request's path
         if (
@@ -105,7 +104,7 @@ class LoadReportMiddleware:
         ):
             return memo.decision
         if memo.authority is not authority or now >= memo.recheck:
-            memo.remember(authority, identify(extensions, authority, now or now_us(), peer(scope)))
+            memo.remember(authority, self.trust.identify(extensions, authority, now or now_us(), peer(scope)))
             now = now_us() if memo.timed else 0  # only a check that holds (or may start to) reads the clock
         decision = authority.policy.decide(optin_values, memo.identity, at(now or now_us()), memo.reader)
         if len(optin_values) == 1:

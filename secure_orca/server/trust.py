@@ -143,7 +143,7 @@ class TrustService:
         key = chain_key(extensions, chain)
         now = at(now_us())  # the clock the decisions read
         for cache in caches:
-            if cache is not None:
+            if cache is not None and not cache.fresh(key, now, address):
                 await self._fill(cache, key, chain, now, address)
 
     def _compute(self, cache: ChainCache, chain: tuple[str, ...], now: dt.datetime, address: str | None) -> Cached:
