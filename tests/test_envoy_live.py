@@ -430,3 +430,39 @@ def test_load_aware_locality_on_out_of_band_reports(dev_pki: pki.DevPKI, served:
         assert sessions["active_sessions"] == 2 and stats["spill_active_total"] > 0 and spilled >= 0.3
     else:
         assert sessions["reports_received"] == 0 and stats["spill_active_total"] == 0 and spilled <= 0.12
+
+
+QPS_MUST_BE_POSITIVE = "QPS must be positive"
+
+
+@pytest.mark.parametrize("out_of_band", [False, True])
+def test_what_envoy_logs_about_reports_with_rps_0(dev_pki: pki.DevPKI, out_of_band: bool) -> None:
+    """What Envoy 1.40 logs about reports that carry ``rps_fractional`` 0 (CSWRR computes no weight from them),
+    for docs/out-of-band.md: two idle replicas for 10 s, then 10 requests through Envoy at 1 per second. In
+    band, a request that reaches a replica with no request in its last second gets such a report on its
+    response; out of band, an idle replica streams them, and Envoy counts every one in
+    ``lb_orca_oob.report_errors``. Prints the counts (``-s``)."""
+    settings: dict[str, Any] = {"option": "load-reader", "timing": envoy.TEST_TIMING}
+    if out_of_band:
+        settings["oob_period"] = OOB_PERIOD
+    with lb.deployment(dev_pki, oob_replicas(dev_pki, 2), **settings) as d:
+        logged = lambda: [line for line in d.envoy.process.lines if QPS_MUST_BE_POSITIVE in line]  # noqa: E731
+        time.sleep(10)
+        idle_lines, idle_stats = len(logged()), oob_stats(d.envoy)
+        with httpx.Client(http2=True, verify=ca_context(dev_pki), trust_env=False) as client:
+            for _ in range(10):
+                assert client.get(d.envoy.url + "/healthz").status_code == 200
+                time.sleep(1)
+        lines, stats = logged(), oob_stats(d.envoy)
+    path = "out of band" if out_of_band else "in band"
+    print(
+        f"\n{path}: {QPS_MUST_BE_POSITIVE!r} lines: idle 10 s {idle_lines}, then 1 rps 10 s {len(lines) - idle_lines}"
+    )
+    print(f"  lb_orca_oob idle {idle_stats}, after {stats}; first line: {lines[0].strip() if lines else None}")
+    assert lines, f"{path}: Envoy logged no '{QPS_MUST_BE_POSITIVE}'"
+    if out_of_band:
+        assert idle_lines and "OOB onOrcaLoadReport failed" in lines[0]
+        assert idle_stats["report_errors"] == idle_stats["reports_received"] > 0  # every idle report is refused
+        assert idle_lines < idle_stats["report_errors"]  # the log shows far fewer lines than errors
+    else:
+        assert idle_lines == 0 and "LB policy onOrcaLoadReport failed" in lines[0]

@@ -115,3 +115,21 @@ def test_what_body_flow_and_the_connection_end_rely_on() -> None:
     assert "self.stream_buffers: dict[int, StreamBuffer] = {}" in inspect.getsource(H2Protocol.__init__)
     assert "await self._read_data()" in inspect.getsource(TCPServer.run)
     assert "self.idle_task = AsyncioSingleTask()" in inspect.getsource(TCPServer.__init__)
+
+
+def test_what_stream_control_relies_on() -> None:
+    """``StreamControl`` (issue 26 row 4): the application's scope is the very dict ``HTTPStream`` holds, a
+    stream's unsent body is its ``StreamBuffer.buffer``, trailers wait on ``_is_empty`` (set only when the
+    sender empties the buffer), and the sender drops the buffer of a stream h2 has closed once unblocked."""
+    from hypercorn.protocol.h2 import StreamBuffer
+    from hypercorn.protocol.http_stream import HTTPStream
+
+    assert "self.app, self.config, self.scope, self.app_send" in inspect.getsource(HTTPStream.handle)
+    assert "self.buffer = bytearray()" in inspect.getsource(StreamBuffer.__init__)
+    assert "await self._is_empty.wait()" in inspect.getsource(StreamBuffer.drain)
+    assert "await self._is_empty.set()" in inspect.getsource(StreamBuffer.pop)
+    trailers = inspect.getsource(H2Protocol.stream_send)
+    assert "elif isinstance(event, Trailers):" in trailers and ".drain()" in trailers
+    sender = inspect.getsource(H2Protocol._send_data)
+    assert "h2.exceptions.StreamClosedError" in sender and "del self.stream_buffers[stream_id]" in sender
+    assert "self.priority = priority.PriorityTree()" in inspect.getsource(H2Protocol.__init__)

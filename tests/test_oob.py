@@ -14,6 +14,7 @@ from xds.service.orca.v3 import orca_pb2
 from secure_orca import pki
 from secure_orca.authz.policy import Mode, Policy
 from secure_orca.authz.reasons import Reason
+from secure_orca.authz.streams import Limits
 from secure_orca.cli import serve as serve_cli
 from secure_orca.errors import UsageError
 from secure_orca.lab import launcher as lb
@@ -204,7 +205,8 @@ def test_the_service_is_on_with_the_feature_and_a_certificate_mode(
 
 
 def test_defaults_and_the_floor_never_below_sampling(dev_pki: pki.DevPKI) -> None:
-    assert serve_config(dev_pki, "front-proxy").oob == OobConfig(min_interval=1.0, max_streams=64, max_per_connection=4)
+    expected = OobConfig(min_interval=1.0, limits=Limits(64, 4, 16, 16), write_deadline=10.0)
+    assert serve_config(dev_pki, "front-proxy").oob == expected
     slow = serve_config(dev_pki, "front-proxy", "--endpoint-load-metrics-interval", "2s")
     assert slow.oob is not None and slow.oob.min_interval == 2.0
 
@@ -217,6 +219,10 @@ def test_defaults_and_the_floor_never_below_sampling(dev_pki: pki.DevPKI) -> Non
         (("--endpoint-load-metrics-oob-min-interval", "soon"), "--endpoint-load-metrics-oob-min-interval"),
         (("--endpoint-load-metrics-oob-max-streams", "0"), "--endpoint-load-metrics-oob-max-streams:"),
         (("--endpoint-load-metrics-oob-max-streams-per-connection", "65"), "per-connection"),
+        (("--endpoint-load-metrics-oob-max-streams-per-identity", "0"), "per-identity"),
+        (("--endpoint-load-metrics-oob-front-proxy-streams", "64"), "front-proxy-streams"),
+        (("--endpoint-load-metrics-oob-write-deadline", "0s"), "write-deadline"),
+        (("--endpoint-load-metrics-oob-write-deadline", "never"), "write-deadline"),
     ],
 )
 def test_bad_values_are_refused_naming_the_flag(dev_pki: pki.DevPKI, extra: tuple[str, ...], flag: str) -> None:

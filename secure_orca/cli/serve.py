@@ -152,6 +152,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=4,
         help="open out-of-band streams per connection (default 4)",
     )
+    a(
+        "--endpoint-load-metrics-oob-max-streams-per-identity",
+        type=int,
+        default=16,
+        help="open out-of-band streams one client certificate may hold across all its connections; more are "
+        "refused with RESOURCE_EXHAUSTED (default 16). A fleet of load balancers sharing one certificate needs one "
+        "stream per load balancer (Envoy opens one per upstream host)",
+    )
+    a(
+        "--endpoint-load-metrics-oob-front-proxy-streams",
+        type=int,
+        default=None,
+        help="out-of-band streams only the front proxy's certificate may use: load readers together hold at most "
+        "max-streams minus this, so the load balancer always finds them free (default a quarter of "
+        "--endpoint-load-metrics-oob-max-streams: 16 of 64)",
+    )
+    a(
+        "--endpoint-load-metrics-oob-write-deadline",
+        default="10s",
+        help="a stream whose report has not left the server this long after it was sent (a reader with no "
+        "flow-control window, or that stopped reading) is reset with RST_STREAM and its slot freed; no report "
+        "queues behind an unsent one (default 10s)",
+    )
     a("--proxy", action="append", default=[], metavar="PREFIX=URL", help="proxy PREFIX to URL (repeatable)")
     a("--proxy-timeout", default="30s", help="how long a proxied upstream may take to answer (default 30s)")
     a(
@@ -210,8 +233,15 @@ def run(args: argparse.Namespace) -> int:
     )
     if config.oob is not None:
         log.info(
-            "out-of-band load reports on (StreamCoreMetrics, certificate modes only), interval floor %gs",
+            "out-of-band load reports on (StreamCoreMetrics, certificate modes only), interval floor %gs, "
+            "streams: %d in total, %d per connection, %d per certificate, %d for the front proxy only; "
+            "write deadline %gs",
             config.oob.min_interval,
+            config.oob.limits.total,
+            config.oob.limits.per_connection,
+            config.oob.limits.per_identity,
+            config.oob.limits.front_proxy_share,
+            config.oob.write_deadline,
         )
     if server.metrics is not None:
         try:

@@ -143,6 +143,7 @@ def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[str, Any] | None:
 
 
 ROTATION_KEY = "secure_orca.rotation"  # scope["extensions"] key of the connection's Rotation
+STREAM_CONTROL_KEY = "secure_orca.stream_control"  # scope["extensions"] key of the connection's StreamControl
 
 
 class Rotation:
@@ -159,6 +160,66 @@ class Rotation:
             listener()
 
 
+class StreamControl:
+    """What an application may do to its own HTTP/2 stream beyond ASGI (the out-of-band service, server/oob.py,
+    uses it): ask how many response bytes the server still holds unsent for it (flow control keeps them), and
+    reset it (RST_STREAM CANCEL) at once, without waiting for those bytes. One per connection, in every request's
+    ``scope["extensions"][STREAM_CONTROL_KEY]``; a stream is named by its scope (hypercorn's ``HTTPStream.scope``
+    is the very dict the application receives), so nothing is allocated per request. For an HTTP/1.1 request, or
+    a stream already gone, ``unsent`` is None and ``reset`` False.
+
+    hypercorn 0.18 names used: ``H2Protocol.streams``, ``stream_buffers`` (``StreamBuffer.buffer``, ``close``),
+    ``priority``, ``has_data``, ``_flush``. A ``StreamBuffer`` holds a stream's body until flow control lets it
+    out; when ``unsent`` is 0, a trailers send returns without waiting."""
+
+    def __init__(self, server: TLSAwareTCPServer) -> None:
+        self.server = server
+
+    def _find(self, scope: object) -> tuple[H2Protocol, int] | None:
+        protocol = self.server._h2()
+        if protocol is None:
+            return None
+        for stream_id, stream in protocol.streams.items():
+            if getattr(stream, "scope", None) is scope:
+                return protocol, stream_id
+        return None
+
+    async def unsent(self, scope: object) -> int | None:
+        """Response body bytes of the stream still held by the server (not yet handed to h2), or None. An empty
+        buffer is marked drained: hypercorn 0.18 marks it only when its sender empties it, so trailers after a
+        response without body bytes would wait for ever (``StreamBuffer._is_empty``)."""
+        found = self._find(scope)
+        if found is None:
+            return None
+        protocol, stream_id = found
+        buffer = protocol.stream_buffers.get(stream_id)
+        if buffer is None:
+            return 0
+        if not buffer.buffer and not buffer._is_empty.is_set():
+            await buffer._is_empty.set()
+        return len(buffer.buffer)
+
+    async def reset(self, scope: object) -> bool:
+        """Reset the stream now (RST_STREAM CANCEL: gRPC's PROTOCOL-HTTP2.md maps it to CANCELLED, for a server
+        that must end a call whose payload cannot be completed); its unsent bytes are dropped, and a send of the
+        application waiting for flow control returns. False if the stream is not found."""
+        found = self._find(scope)
+        if found is None:
+            return False
+        protocol, stream_id = found
+        with contextlib.suppress(h2.exceptions.ProtocolError):  # the client may have reset it meanwhile
+            protocol.connection.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+        buffer = protocol.stream_buffers.get(stream_id)
+        if buffer is not None:
+            await buffer.close()
+            # hypercorn's sender visits the stream, finds it closed in h2 and drops its buffer (hypercorn adds and
+            # removes a stream's buffer and its priority entry together)
+            protocol.priority.unblock(stream_id)
+            await protocol.has_data.set()
+        await protocol._flush()
+        return True
+
+
 class ConnectionApp:
     """Hypercorn's app wrapper for one connection: adds the TLS extension to every request scope, and rotates
     the connection gracefully after ``max_requests`` requests or, per HTTP/2 request, with ``goaway_chance``
@@ -171,6 +232,7 @@ class ConnectionApp:
         self.requests = 0
         self.memo = ConnectionMemo()
         self.rotation = Rotation()
+        self.control = StreamControl(server)
 
     async def __call__(
         self,
@@ -184,6 +246,7 @@ class ConnectionApp:
             return await self.inner(scope, receive, send, sync_spawn, call_soon)
         extensions: dict[str, Any] = {**(scope.get("extensions") or {}), CONNECTION_KEY: self.memo}
         extensions[ROTATION_KEY] = self.rotation
+        extensions[STREAM_CONTROL_KEY] = self.control
         if self.tls is not None:
             extensions["tls"] = self.tls
         scope["extensions"] = extensions

@@ -67,9 +67,11 @@ class Server:
                 enabled=config.enabled,
                 decimals=config.decimals,
                 min_interval=bounds.min_interval,
-                max_streams=bounds.max_streams,
-                max_per_connection=bounds.max_per_connection,
+                limits=bounds.limits,
+                write_deadline=bounds.write_deadline,
             )
+            if metrics is not None:
+                metrics.watch_oob(oob)
         reloader = Reloader(
             loader.sources(config.files),
             material,

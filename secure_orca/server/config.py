@@ -14,6 +14,7 @@ from typing import TypeVar
 from secure_orca import pki
 from secure_orca.authn.requestheader import RequestHeaderConfig
 from secure_orca.authz.policy import MODES, Mode
+from secure_orca.authz.streams import Limits
 from secure_orca.credentials import flags
 from secure_orca.credentials.loader import CredentialFiles
 from secure_orca.errors import FlagError, UsageError
@@ -64,11 +65,11 @@ class ServeConfig:
 
 @dataclass(frozen=True)
 class OobConfig:
-    """--endpoint-load-metrics-oob-*: the out-of-band stream's interval floor and its bounds."""
+    """--endpoint-load-metrics-oob-*: the out-of-band stream's interval floor, its capacity and write deadline."""
 
     min_interval: float = 1.0
-    max_streams: int = 64
-    max_per_connection: int = 4
+    limits: Limits = field(default_factory=Limits)
+    write_deadline: float = 10.0
 
 
 CERTIFICATE_MODES = frozenset({Mode.FRONT_PROXY, Mode.LOAD_READER})
@@ -85,15 +86,27 @@ def _oob(args: argparse.Namespace, enabled: bool, modes: frozenset[Mode], interv
     )
     if not 0.01 <= floor <= 3600:
         raise UsageError("--endpoint-load-metrics-oob-min-interval: must be between 10ms and 1h")
-    total = getattr(args, "endpoint_load_metrics_oob_max_streams", 64)
-    per_connection = getattr(args, "endpoint_load_metrics_oob_max_streams_per_connection", 4)
-    if not 1 <= total <= 10000:
-        raise UsageError("--endpoint-load-metrics-oob-max-streams: must be between 1 and 10000")
-    if not 1 <= per_connection <= total:
-        raise UsageError("--endpoint-load-metrics-oob-max-streams-per-connection: must be between 1 and the total")
+    default = Limits()
+    total = getattr(args, "endpoint_load_metrics_oob_max_streams", default.total)
+    share = getattr(args, "endpoint_load_metrics_oob_front_proxy_streams", None)
+    limits = Limits(
+        total=total,
+        per_connection=getattr(args, "endpoint_load_metrics_oob_max_streams_per_connection", default.per_connection),
+        per_identity=getattr(args, "endpoint_load_metrics_oob_max_streams_per_identity", default.per_identity),
+        front_proxy_share=total // 4 if share is None else share,  # default: a quarter, 16 of 64
+    )
+    problems = limits.problems()
+    if problems:
+        raise UsageError("; ".join(f"--endpoint-load-metrics-oob-{problem}" for problem in problems))
+    deadline = _flag(
+        "--endpoint-load-metrics-oob-write-deadline",
+        lambda: parse_duration(getattr(args, "endpoint_load_metrics_oob_write_deadline", "10s")),
+    )
+    if not 0.1 <= deadline <= 3600:
+        raise UsageError("--endpoint-load-metrics-oob-write-deadline: must be between 100ms and 1h")
     if not (switch and enabled and modes & CERTIFICATE_MODES):
         return None
-    return OobConfig(max(floor, interval), total, per_connection)  # never faster than the sampler
+    return OobConfig(max(floor, interval), limits, deadline)  # never faster than the sampler
 
 
 def _use_dev_pki(args: argparse.Namespace, notes: list[str]) -> None:

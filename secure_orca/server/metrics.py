@@ -24,8 +24,10 @@ from prometheus_client.registry import Collector
 from secure_orca.authn.authenticator import Outcome
 from secure_orca.authz.policy import Decision
 from secure_orca.authz.reasons import Reason
+from secure_orca.authz.streams import Kind
 from secure_orca.errors import FlagError
 from secure_orca.server.audit import AuditLog
+from secure_orca.server.oob import OobService
 from secure_orca.server.sampler import Sampler
 
 # kube's ExponentialBuckets(0.001, 2, 15): 1 ms to 16.384 s
@@ -82,6 +84,60 @@ class _AuditCollector(Collector):
         yield GaugeMetricFamily("secure_orca_audit_queue_length", "Audit events waiting.", value=len(a.queue))
 
 
+class _OobCollector(Collector):
+    """The out-of-band stream (server/oob.py), by identity kind, never by name: every label value comes from a
+    closed set (``Kind``, ``End``, gRPC status names, refusal reasons), so no client can add a series."""
+
+    def __init__(self, oob: OobService) -> None:
+        self.oob = oob
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats, slots = self.oob.stats, self.oob.slots
+        open_streams = GaugeMetricFamily(
+            "secure_orca_oob_streams_open", "Out-of-band streams open now, by identity kind.", labels=["kind"]
+        )
+        opened = CounterMetricFamily(
+            "secure_orca_oob_streams_opened", "Out-of-band streams opened (served), by identity kind.", labels=["kind"]
+        )
+        reports = CounterMetricFamily(
+            "secure_orca_oob_reports_sent", "Out-of-band report messages sent, by identity kind.", labels=["kind"]
+        )
+        skipped = CounterMetricFamily(
+            "secure_orca_oob_reports_skipped",
+            "Out-of-band reports not sent because the stream's previous report was still unsent (a slow reader).",
+            labels=["kind"],
+        )
+        for kind in Kind:  # every kind from the start: rate() over a path that is not used yet is 0, not absent
+            open_streams.add_metric([kind.value], slots.open(kind))
+            opened.add_metric([kind.value], stats.opened[kind])
+            reports.add_metric([kind.value], stats.reports[kind])
+            skipped.add_metric([kind.value], stats.skipped[kind])
+        yield from (open_streams, opened, reports, skipped)
+        refused = CounterMetricFamily(
+            "secure_orca_oob_stream_refusals",
+            "Out-of-band streams refused, by identity kind (none: not entitled), status and reason.",
+            labels=["kind", "status", "reason"],
+        )
+        for (kind_label, status, reason), count in sorted(stats.refused.items()):
+            refused.add_metric([kind_label, status, reason], count)
+        yield refused
+        ended = CounterMetricFamily(
+            "secure_orca_oob_streams_ended",
+            "Out-of-band streams ended after they were served, by identity kind and cause.",
+            labels=["kind", "cause"],
+        )
+        resets = CounterMetricFamily(
+            "secure_orca_oob_stream_resets",
+            "Out-of-band streams the server reset (RST_STREAM: bytes were unsent, or the write deadline passed), "
+            "by identity kind and cause.",
+            labels=["kind", "cause"],
+        )
+        for family, counts in ((ended, stats.ended), (resets, stats.resets)):
+            for (kind, cause), count in sorted(counts.items()):
+                family.add_metric([kind.value, cause.value], count)
+        yield from (ended, resets)
+
+
 class Metrics:
     """The server's metrics in a private registry."""
 
@@ -128,6 +184,9 @@ class Metrics:
 
     def watch_audit(self, audit: AuditLog) -> None:
         self.registry.register(_AuditCollector(audit))
+
+    def watch_oob(self, oob: OobService) -> None:
+        self.registry.register(_OobCollector(oob))
 
     def on_authentication(self, outcome: Outcome, seconds: float) -> None:
         result = authentication_result(outcome)

@@ -14,6 +14,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
 
 from secure_orca.lab import replicas as launch
 
@@ -36,7 +37,11 @@ class H2Client:
     closed: bool = False  # the server ended the connection (GOAWAY, EOF or a TLS error)
 
     @classmethod
-    def connect(cls, replica: launch.Replica, ca: Path, cert: tuple[Path, Path] | None = None) -> H2Client:
+    def connect(
+        cls, replica: launch.Replica, ca: Path, cert: tuple[Path, Path] | None = None, window: int | None = None
+    ) -> H2Client:
+        """``window``: the stream flow-control window announced (SETTINGS_INITIAL_WINDOW_SIZE; 0: the server can
+        send no DATA on any stream)."""
         context = ssl.create_default_context(cafile=str(ca))
         context.set_alpn_protocols(["h2"])
         if cert is not None:
@@ -44,6 +49,10 @@ class H2Client:
         raw = socket.create_connection((replica.host, replica.port), timeout=10)
         sock = context.wrap_socket(raw, server_hostname="localhost")
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        if window is not None:
+            conn.local_settings = h2.settings.Settings(
+                client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
+            )
         conn.initiate_connection()
         client = cls(sock, conn)
         client.flush()
