@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set-up shared by the README's two commands: system tools (h2load, curl, valgrind for the instruction-count
-# guard, prometheus and promtool for the documented alert rules), then a virtual environment in .venv with the package and every extra. Safe to run again.
+# guard, prometheus and promtool for the documented alert rules), then a virtual environment in .venv with the
+# package and every extra. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=0
