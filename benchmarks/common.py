@@ -98,8 +98,8 @@ class BenchPKI:
 
     @classmethod
     def create(cls, root: Path) -> BenchPKI:
-        dev = pki.DevPKI(root)
-        return cls(dev if dev.exists() else pki.generate(root))
+        pki.ensure(root)  # completes what is missing, overwrites nothing
+        return cls(pki.DevPKI(root))
 
     @property
     def secret(self) -> str:
@@ -219,7 +219,7 @@ def wait_listening(port: int, timeout: float = 15.0) -> None:
 def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[InProcessServer]:
     """Serve in a background thread; ``profiler`` (e.g. cProfile.Profile) is enabled in that thread only."""
     config = build_config(parse_serve_flags(argv))
-    config.port = launch.free_port(HOST)
+    config.serving.port = launch.free_port(HOST)
     server = assembly.Server.assemble(config)
     server.options.graceful_timeout = 2.0
     loop = asyncio.new_event_loop()
@@ -245,8 +245,8 @@ def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[I
     thread = threading.Thread(target=run, name="bench-server", daemon=True)
     thread.start()
     try:
-        wait_listening(config.port)
-        yield InProcessServer(server, config.port)
+        wait_listening(config.serving.port)
+        yield InProcessServer(server, config.serving.port)
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=15)

@@ -59,3 +59,23 @@ def test_the_documented_kubectl_session(tmp_path: Path) -> None:
         assert "invalid bearer token" in log and token not in log and pki.INTRUDER_TOKEN not in log
     finally:
         process.stop()
+
+
+def test_serve_first_in_an_empty_directory_then_the_readmes_kubectl(tmp_path: Path) -> None:
+    """`secure-orca serve` with no flags writes the same development PKI as `certs` (kubeconfig and token file
+    included, and trusted: jane's token works), and a later `certs` completes nothing and refuses nothing."""
+    port = launch.free_port()
+    serve = [sys.executable, "-m", "secure_orca", "serve", "--secure-port", str(port)]
+    process = launch.start_process("serve", serve, cwd=tmp_path)
+    try:
+        launch.wait_for(process, launch._READY)
+        kubectl = [str(KUBECTL), "--kubeconfig", "certs/kubeconfig"]
+        tour = _run(tmp_path, *kubectl, "auth", "whoami")
+        assert tour.returncode == 0, tour.stderr
+        assert "developer" in tour.stdout
+        jane = _run(tmp_path, *kubectl, "--context", "jane", "auth", "whoami")
+        assert jane.returncode == 0 and "jane" in jane.stdout, jane.stderr
+    finally:
+        process.stop()
+    again = _run(tmp_path, sys.executable, "-m", "secure_orca", "certs")
+    assert again.returncode == 0 and "nothing written" in again.stdout, again.stderr

@@ -55,7 +55,7 @@ def bad_cases(p: pki.DevPKI, tmp: Path, busy_port: int) -> dict[str, tuple[list[
     fifo = tmp / "fifo-secret"
     os.mkfifo(fifo)
     gate = ["--feature-gates", "RequestCostAggregation=true"]
-    fp = [*gate, "--enable-endpoint-load-metrics"]
+    fp = [*gate, "--enable-endpoint-load-metrics", "--endpoint-load-metrics-auth", "front-proxy,shared-secret"]
     return {
         "missing file": ([*base(p), *fp, "--requestheader-client-ca-file", str(tmp / "nope.crt")],
                          "--requestheader-client-ca-file: .* no such file"),
@@ -154,14 +154,25 @@ def test_serve_without_tls_flags_creates_and_uses_the_dev_pki(tmp_path) -> None:
         pass
     out = "".join(replica.process.lines)
     assert "created a development PKI" in out and "load metrics on" in out
-    assert pki.DevPKI(tmp_path / "c").exists()
+    assert not pki.missing(pki.DevPKI(tmp_path / "c"))
 
 
-def test_certs_command_refuses_to_overwrite(tmp_path) -> None:
-    assert run_cli("certs", "--dir", str(tmp_path)).returncode == 0
+def test_certs_command_completes_and_never_overwrites(tmp_path) -> None:
+    first = run_cli("certs", "--dir", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    before = {p: p.read_bytes() for p in pki.DevPKI(tmp_path).all_paths()}
     again = run_cli("certs", "--dir", str(tmp_path))
-    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+    assert again.returncode == 0 and "nothing written" in again.stdout and "Traceback" not in again.stderr
+    assert {p: p.read_bytes() for p in before} == before
     assert run_cli("certs", "--dir", str(tmp_path), "--force").returncode == 0
+    assert all(p.read_bytes() != before[p] for p in before)
+
+
+def test_certs_prints_every_client_identity_with_its_cn(tmp_path) -> None:
+    out = run_cli("certs", "--dir", str(tmp_path)).stdout
+    for cn in (pki.USER_CN, pki.FRONT_PROXY_CN, pki.LOAD_READER_CN):
+        assert f"CN={cn}," in out
+    assert "jane: tokens.csv" in out
 
 
 def test_sigterm_stops_cleanly(dev_pki) -> None:

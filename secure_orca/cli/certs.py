@@ -1,39 +1,48 @@
-"""Write a development PKI: serving CA and certificate, client CA and a user, front-proxy CA and its CN-only
-client certificate, and a shared secret (keys and secret mode 0600). Never overwrites without --force.
+"""Write the development PKI: serving CA and certificate, a client CA and a user, the front-proxy CA and its
+CN-only client certificate, the load-reader CA and its CN-only client certificate (option 2b), a shared secret,
+a token file (tokens.csv, a random token for jane) and a kubeconfig with the contexts developer (certificate; the
+current one), jane (token) and intruder (a token the server does not know), for
+`kubectl --kubeconfig certs/kubeconfig auth whoami`. Keys, secret, tokens and kubeconfig are mode 0600.
 
-Also a token file for --token-auth-file (tokens.csv: a random token for jane, mode 0600) and a kubeconfig
-(mode 0600) with the contexts developer (certificate; the current one), jane (token) and intruder (a token the
-server does not know), for `kubectl --kubeconfig certs/kubeconfig auth whoami`."""
+The same writer as `serve` without TLS flags: a second run fills in what is missing and overwrites nothing;
+--force replaces every file."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from secure_orca.pki import DEFAULT_SERVER, FRONT_PROXY_CN, generate, write_kubeconfig, write_tokens
+from secure_orca import pki
+from secure_orca.errors import UsageError
 
-HELP = "write a development PKI (server, client CA, front-proxy CA) and a shared secret"
+HELP = "write (or complete) the development PKI, token file and kubeconfig; print its client identities"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=Path, default=Path("certs"), help="output directory (default: certs)")
-    parser.add_argument("--force", action="store_true", help="replace an existing PKI in that directory")
-    parser.add_argument("--server", default=DEFAULT_SERVER, help=f"the kubeconfig's server (default {DEFAULT_SERVER})")
+    parser.add_argument("--force", action="store_true", help="replace every file of the PKI in that directory")
+    a = parser.add_argument
+    a("--server", default=pki.DEFAULT_SERVER, help=f"the kubeconfig's server (default {pki.DEFAULT_SERVER})")
+
+
+def identities(dev: pki.DevPKI) -> list[str]:
+    """One line per client identity of the development PKI: its name (the certificate's CN), files and use."""
+    lines = []
+    for who in pki.CLIENT_IDENTITIES:
+        where = f"{dev.cert(who.role)} (CN={who.name}, from {who.issuer})" if who.role else f"{who.issuer}"
+        lines.append(f"  {who.name}: {where}: {who.use}")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
-    from secure_orca.errors import UsageError
-
     try:
-        pki = generate(args.dir, force=args.force)
-    except (FileExistsError, OSError) as error:
-        raise UsageError(str(error)) from None
-    try:
-        tokens, token = write_tokens(args.dir)
-        extra = [tokens, write_kubeconfig(args.dir, args.server, token)]
-    except OSError as error:
-        raise UsageError(str(error)) from None
-    for path in [*pki.all_paths(), *extra]:
+        written = pki.ensure(args.dir, args.server, force=args.force)
+    except (FileExistsError, OSError, ValueError) as error:
+        raise UsageError(f"--dir: {error}") from None
+    for path in written:
         print(path)
-    print(f"front-proxy client certificate CN={FRONT_PROXY_CN}; keys, secret, tokens and kubeconfig are mode 0600")
+    if not written:
+        print(f"{args.dir}/ already holds the whole development PKI; nothing written (--force replaces it)")
+    print("client identities (keys, secret, tokens and kubeconfig are mode 0600):")
+    print("\n".join(identities(pki.DevPKI(args.dir))))
     return 0

@@ -67,9 +67,12 @@ def stop_all(processes: Sequence[Process], timeout: float = 10.0) -> None:
         process.reap(max(0.0, deadline - time.monotonic()))
 
 
-def start_process(name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Process:
+def start_process(
+    name: str, argv: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Process:
     popen = subprocess.Popen(
         list(argv),
+        cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

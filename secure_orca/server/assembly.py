@@ -48,11 +48,11 @@ class Server:
     def assemble(cls, config: ServeConfig, verbose: bool = False) -> Server:
         """Read every credential file once (CredentialError names the flag at fault) and build from it."""
         material, seen = loader.load(config.files)
-        sampler = Sampler(config.interval, decimals=config.decimals)
+        sampler = Sampler(config.load_metrics.interval, decimals=config.load_metrics.decimals)
         trust = trust_of(config, material)
         app, proxy = build_app(config, sampler, material, trust)
         metrics = None
-        if config.metrics_address:
+        if config.serving.metrics_address:
             metrics = Metrics(sampler, lambda: verifications(app))
             app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
         context = make_server_context(material.serving, material.anchors())
@@ -64,8 +64,8 @@ class Server:
                 app,
                 trust,
                 sampler,
-                enabled=config.enabled,
-                decimals=config.decimals,
+                enabled=config.load_metrics.enabled,
+                decimals=config.load_metrics.decimals,
                 min_interval=bounds.min_interval,
                 limits=bounds.limits,
                 write_deadline=bounds.write_deadline,
@@ -81,16 +81,16 @@ class Server:
             _both(metrics.on_reload if metrics else None, oob.reloaded if oob else None),
         )
         options = ServerOptions(
-            host=config.host,
-            port=config.port,
+            host=config.serving.host,
+            port=config.serving.port,
             context=context,
-            max_requests_per_connection=config.max_requests,
-            goaway_chance=config.goaway_chance,
+            max_requests_per_connection=config.serving.max_requests,
+            goaway_chance=config.serving.goaway_chance,
             access_log=verbose,
         )
         audit = None
-        if config.audit_path:
-            sink = open_sink(config.audit_path, config.audit_maxsize, config.audit_maxbackup)
+        if config.audit.path:
+            sink = open_sink(config.audit.path, config.audit.maxsize, config.audit.maxbackup)
             audit = AuditLog(sink, KnownSecrets(lambda: reloader.material))
             if metrics is not None:
                 metrics.watch_audit(audit)
@@ -107,9 +107,9 @@ class Server:
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
         """Serve until ``shutdown_trigger`` returns; the sampler and the reloader run on this loop."""
-        if self.config.enabled:
+        if self.config.load_metrics.enabled:
             self.sampler.start()
-        reloading = asyncio.create_task(self.reloader.run(self.config.reload_interval))
+        reloading = asyncio.create_task(self.reloader.run(self.config.serving.reload_interval))
         oob = self.oob
 
         async def trigger() -> Any:
@@ -170,7 +170,7 @@ def verifications(app: LoadReportMiddleware) -> int:
 def trust_of(config: ServeConfig, material: Material) -> TrustService:
     """The trust ``material`` grants: the Authority, and the --client-ca-file trust when that authenticator is on."""
     clients = ChainCache(ChainVerifier(material.client_cas)) if material.client_cas else None
-    return TrustService(authority_from(material, config.modes), clients)
+    return TrustService(authority_from(material, config.load_metrics.modes), clients)
 
 
 def build_app(
@@ -179,24 +179,26 @@ def build_app(
     """The middleware around the demo backend (or the proxy in front of it), trusting what ``trust`` holds (by
     default, what ``material`` grants)."""
     trust = trust or trust_of(config, material)
-    backend: ASGIApp = demo.with_work(demo.app) if config.demo_work else demo.app
+    backend: ASGIApp = demo.with_work(demo.app) if config.backend.demo_work else demo.app
     inner = backend
     proxy = None
-    if config.routes:
-        proxy = ProxyApp(config.routes, backend, config.proxy_timeout, client_cert=material.proxy_client)
+    if config.backend.routes:
+        proxy = ProxyApp(
+            config.backend.routes, backend, config.backend.proxy_timeout, client_cert=material.proxy_client
+        )
         inner = proxy
     tokens = TokenFile(material.tokens) if material.tokens else None
     authenticated = AuthenticationMiddleware(
-        BodyDeadline(inner, config.request_timeout),  # every route's request body has a deadline
-        replace(config.authentication, tokens=tokens),
+        BodyDeadline(inner, config.serving.request_timeout),  # every route's request body has a deadline
+        replace(config.authentication.authenticators, tokens=tokens),
         trust,
     )
     # Load reports are decided outside authentication, exactly as before it existed (a 401 is a response too).
     middleware = LoadReportMiddleware(
         authenticated,
-        enabled=config.enabled,
+        enabled=config.load_metrics.enabled,
         trust=trust,
         sampler=sampler,
-        attach=config.attach,
+        attach=config.load_metrics.attach,
     )
     return middleware, proxy

@@ -8,16 +8,17 @@ and a kubeconfig (mode 0600: it holds that token) with the contexts docs/authent
 (the user certificate, the current context), ``jane`` (her token) and ``intruder`` (a token no file holds).
 
 For development and tests only: keys are written unencrypted.
+
+Pure: everything is minted in memory as a :class:`Blob` (bytes and a file mode, as trustme's ``Blob``);
+``secure_orca.pki.files`` is the one writer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import ipaddress
-import os
+import json
 import secrets
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +140,51 @@ FILES = {
     "load_reader_client": "load-reader-client.crt",
 }
 SECRET_FILE = "endpoint-load-metrics-secret"
+TOKENS_FILE = "tokens.csv"
+KUBECONFIG_FILE = "kubeconfig"
+# Each leaf of the development PKI and the CA that issues it; a CA's Common Name.
+ISSUER = {
+    "server": "ca",
+    "user": "client_ca",
+    "front_proxy_client": "front_proxy_ca",
+    "load_reader_client": "load_reader_ca",
+}
+CA_CN = {
+    "ca": "secure-orca-ca",
+    "client_ca": "secure-orca-client-ca",
+    "front_proxy_ca": "front-proxy-ca",
+    "load_reader_ca": "load-reader-ca",
+}
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A file's content minted in memory and the mode it is written with (``secure_orca.pki.files`` writes it)."""
+
+    data: bytes
+    mode: int = 0o600
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    """A client credential the development PKI makes: who it is, and what the server makes of it."""
+
+    role: str  # FILES key of its certificate ("" for the token)
+    name: str  # the certificate's Common Name, or the token's user
+    issuer: str  # the CA (or file) that vouches for it
+    use: str
+
+
+CLIENT_IDENTITIES = (
+    ClientIdentity("user", USER_CN, "client-ca.crt", "a user (O=system:developers): kubeconfig context developer"),
+    ClientIdentity(
+        "front_proxy_client", FRONT_PROXY_CN, "front-proxy-ca.crt", "option 2: the front proxy (asserts identities)"
+    ),
+    ClientIdentity(
+        "load_reader_client", LOAD_READER_CN, "load-reader-ca.crt", "option 2b: reads load, asserts no identity"
+    ),
+    ClientIdentity("", "jane", "tokens.csv", "a bearer token user (uid 1001): kubeconfig context jane"),
+)
 
 
 def key_name(cert_name: str) -> str:
@@ -162,88 +208,24 @@ class DevPKI:
         return self.root / SECRET_FILE
 
     def all_paths(self) -> list[Path]:
+        """Every file of the development PKI, the token file and the kubeconfig included."""
         paths = [self.secret]
         for role in FILES:
             paths += [self.cert(role), self.key(role)]
-        return paths
+        return [*paths, self.tokens, self.kubeconfig]
 
-    def exists(self) -> bool:
-        return all(p.exists() for p in self.all_paths())
+    @property
+    def tokens(self) -> Path:
+        return self.root / TOKENS_FILE
 
-
-def generate(root: Path, force: bool = False) -> DevPKI:
-    """Create every file of the development PKI in ``root``; all-or-nothing, refusing to overwrite."""
-    pki = DevPKI(root)
-    existing = [p.name for p in pki.all_paths() if p.exists()]
-    if existing and not force:
-        raise FileExistsError(f"{root} already holds {', '.join(existing)} (use --force to replace)")
-    ca = make_ca("secure-orca-ca")
-    client_ca = make_ca("secure-orca-client-ca")
-    fp_ca = make_ca("front-proxy-ca")
-    lr_ca = make_ca("load-reader-ca")
-    server_eku = (ExtendedKeyUsageOID.SERVER_AUTH,)
-    issued = {
-        "ca": ca,
-        "server": issue(
-            ca, "kube-apiserver", dns=("localhost", *SERVICE_NAMES), ips=("127.0.0.1", "::1"), eku=server_eku
-        ),
-        "client_ca": client_ca,
-        "user": issue(client_ca, USER_CN, organization="system:developers"),
-        "front_proxy_ca": fp_ca,
-        "front_proxy_client": issue(fp_ca, FRONT_PROXY_CN),
-        "load_reader_ca": lr_ca,
-        "load_reader_client": issue(lr_ca, LOAD_READER_CN),
-    }
-    contents: dict[Path, tuple[bytes, int]] = {pki.secret: ((new_secret() + "\n").encode(), 0o600)}
-    for role, item in issued.items():
-        contents[pki.cert(role)] = (item.cert_pem(), 0o644)
-        contents[pki.key(role)] = (item.key_pem(), 0o600)
-    root.mkdir(parents=True, exist_ok=True)
-    staged: dict[Path, str] = {}
-    try:
-        for path, (data, mode) in contents.items():
-            # mkstemp: an unpredictable name opened with O_EXCL (never a planted file or symlink), mode 0600
-            fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{path.name}.", suffix=".tmp")
-            staged[path] = tmp
-            with os.fdopen(fd, "wb") as handle:
-                os.fchmod(handle.fileno(), mode)
-                handle.write(data)
-        for path, tmp in staged.items():
-            os.replace(tmp, path)
-    finally:
-        for tmp in staged.values():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    return pki
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / KUBECONFIG_FILE
 
 
-TOKENS_FILE = "tokens.csv"
-KUBECONFIG_FILE = "kubeconfig"
 DEV_TOKEN_USER = ("jane", "1001", '"ops,system:viewers"')
 INTRUDER_TOKEN = "guessed-token"
 DEFAULT_SERVER = "https://localhost:6443"
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``, mode 0600 from the start (a fresh O_EXCL temporary file renamed over it)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o600)
-            handle.write(data)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def write_tokens(root: Path) -> tuple[Path, str]:
-    """``tokens.csv``: one random token for ``jane`` (uid 1001, groups ops and system:viewers), mode 0600; the
-    file and the token it holds."""
-    path = root / TOKENS_FILE
-    token = f"ops-token-{secrets.token_hex(16)}"
-    _write_private(path, f"{token},{','.join(DEV_TOKEN_USER)}\n".encode())
-    return path, token
 
 
 def kubeconfig(root: Path, server: str = DEFAULT_SERVER, token: str | None = None) -> dict[str, object]:
@@ -268,10 +250,54 @@ def kubeconfig(root: Path, server: str = DEFAULT_SERVER, token: str | None = Non
     }
 
 
-def write_kubeconfig(root: Path, server: str = DEFAULT_SERVER, token: str | None = None) -> Path:
-    """``kubeconfig`` in ``root`` (JSON, which is YAML), mode 0600: it may hold a token."""
-    import json
+def issue_leaf(role: str, ca: Issued) -> Issued:
+    """The development PKI's leaf ``role`` (a key of ISSUER), issued by ``ca``."""
+    if role == "server":
+        names = ("localhost", *SERVICE_NAMES)
+        return issue(ca, "kube-apiserver", dns=names, ips=("127.0.0.1", "::1"), eku=(ExtendedKeyUsageOID.SERVER_AUTH,))
+    if role == "user":
+        return issue(ca, USER_CN, organization="system:developers")
+    return issue(ca, {"front_proxy_client": FRONT_PROXY_CN, "load_reader_client": LOAD_READER_CN}[role])
 
-    path = root / KUBECONFIG_FILE
-    _write_private(path, (json.dumps(kubeconfig(root, server, token), indent=2) + "\n").encode())
-    return path
+
+def load_issued(cert_pem: bytes, key_pem: bytes) -> Issued:
+    """A certificate and its key from PEM (a CA of an existing development PKI, to issue a missing leaf)."""
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError("not an EC private key")
+    return Issued(x509.load_pem_x509_certificate(cert_pem), key)
+
+
+def pair(item: Issued) -> tuple[Blob, Blob]:
+    """The certificate (0644) and key (0600) files of ``item``."""
+    return Blob(item.cert_pem(), 0o644), Blob(item.key_pem(), 0o600)
+
+
+def new_token() -> str:
+    return f"ops-token-{secrets.token_hex(16)}"
+
+
+def tokens_csv(token: str) -> Blob:
+    """``tokens.csv``: ``token`` for ``jane`` (uid 1001, groups ops and system:viewers), mode 0600."""
+    return Blob(f"{token},{','.join(DEV_TOKEN_USER)}\n".encode())
+
+
+def token_of(tokens: bytes) -> str | None:
+    """The token of the first line of a ``tokens.csv`` (None if it has none)."""
+    first = tokens.decode(errors="replace").splitlines()[:1]
+    token = first[0].split(",")[0].strip() if first else ""
+    return token or None
+
+
+def kubeconfig_token(data: bytes) -> str | None:
+    """jane's token in a development kubeconfig (None if it holds none or is not one)."""
+    try:
+        users = json.loads(data)["users"]
+        return next(u["user"]["token"] for u in users if u["name"] == DEV_TOKEN_USER[0])
+    except (ValueError, KeyError, TypeError, StopIteration):
+        return None
+
+
+def kubeconfig_blob(root: Path, server: str = DEFAULT_SERVER, token: str | None = None) -> Blob:
+    """``kubeconfig`` (JSON, which is YAML), mode 0600: it may hold a token."""
+    return Blob((json.dumps(kubeconfig(root, server, token), indent=2) + "\n").encode())

@@ -1,0 +1,12 @@
+"""The recommended option, defined once: the tools' defaults are read from here (serve's
+--endpoint-load-metrics-auth, envoy-config's and deploy's --option), and tests/test_recommended.py holds this
+equal to the recommendation the evaluation derives (docs/security-options.md).
+
+The evaluation recommends 2b, the load-reader client certificate: the load balancer's credential reads load
+reports and asserts no identity, and no client that bypasses the load balancer reads a report. Pure data."""
+
+from __future__ import annotations
+
+OPTION = "load-reader"  # KEP-6315 option 2b, as --endpoint-load-metrics-auth and envoy-config --option name it
+TITLE = "2b. load-reader client certificate"  # as the evaluation titles it (lab/options.py TITLES)
+SERVE_MODES = (OPTION,)  # serve's --endpoint-load-metrics-auth default

@@ -1,0 +1,37 @@
+"""Audit (kube's AuditOptions, the log backend): one audit.k8s.io/v1 event per request, and its rotation."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    path: str = ""  # --audit-log-path ('-': standard out; empty: no audit)
+    maxsize: int = 100  # --audit-log-maxsize, MB
+    maxbackup: int = 100  # --audit-log-maxbackup
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a(
+        "--audit-log-path",
+        default="",
+        help="write one audit event (audit.k8s.io/v1 JSON) per request to this file; '-' means standard out",
+    )
+    a("--audit-log-maxsize", type=int, default=100, help="MB before the audit log is rotated; 0: never (default 100)")
+    a("--audit-log-maxbackup", type=int, default=100, help="rotated audit logs to keep; 0 keeps all (default 100)")
+
+
+def validate(args: argparse.Namespace) -> list[str]:
+    """As kube's AuditOptions.Validate words it."""
+    return [
+        f"--audit-log-{flag} {getattr(args, f'audit_log_{flag}')} can't be a negative number"
+        for flag in ("maxsize", "maxbackup")
+        if getattr(args, f"audit_log_{flag}") < 0
+    ]
+
+
+def to_config(args: argparse.Namespace) -> AuditConfig:
+    return AuditConfig(args.audit_log_path, args.audit_log_maxsize, args.audit_log_maxbackup)

@@ -1,0 +1,100 @@
+"""Secure serving (kube's SecureServingOptions with the generic server's run options): the listener, its serving
+certificate, request deadlines, connection rotation, /metrics and how often credential files are re-read."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from secure_orca.credentials import flags
+from secure_orca.pki import DevPKI
+from secure_orca.server.flags import parse_duration
+from secure_orca.server.metrics import parse_address
+from secure_orca.server.options.common import problem, value, within
+
+
+@dataclass
+class ServingConfig:
+    host: str
+    port: int
+    cert: Path
+    key: Path
+    request_timeout: float = 60.0  # --request-timeout: every request body's deadline (kube's default 60s)
+    max_requests: int = 0  # 0: never rotate (kube-apiserver has no such limit)
+    goaway_chance: float = 0.0
+    metrics_address: str = ""
+    reload_interval: float = 1.0
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--bind-address", default="127.0.0.1", help="IP address to listen on (default 127.0.0.1)")
+    a("--secure-port", type=int, default=6443, help="HTTPS port; 0 picks a free one (default 6443)")
+    a(flags.TLS_CERT, type=Path, help="serving certificate (PEM, may include intermediates)")
+    a(flags.TLS_KEY, type=Path, help="private key of the serving certificate (PEM)")
+    a(
+        "--request-timeout",
+        default="60s",
+        help="kube-apiserver's flag: every request body must have arrived within this time of its first read, "
+        "on every route, else 408 (default 60s, as kube)",
+    )
+    a(
+        "--max-requests-per-connection",
+        type=int,
+        default=0,
+        help="rotate a connection gracefully after this many requests (HTTP/2 GOAWAY; HTTP/1.1 Connection: close); "
+        "0, the default, never rotates, as kube-apiserver",
+    )
+    a(
+        "--goaway-chance",
+        type=float,
+        default=0.0,
+        help="per HTTP/2 request, the chance (0 to 0.02) of a graceful GOAWAY so a load balancer can rebalance",
+    )
+    a("--metrics-bind-address", default="", help="serve Prometheus /metrics on HOST:PORT (off by default)")
+    a("--credential-reload-interval", default="1s", help="how often credential files are re-read (default 1s)")
+    a(
+        "--certs-dir",
+        type=Path,
+        default=Path("certs"),
+        help="development PKI used when no TLS flags are given (created, or completed, on first use)",
+    )
+
+
+def uses_dev_pki(args: argparse.Namespace) -> bool:
+    """No serving certificate is named: serve with the development PKI in --certs-dir."""
+    return args.tls_cert_file is None and args.tls_private_key_file is None
+
+
+def validate(args: argparse.Namespace) -> list[str]:
+    out = []
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        out.append(f"{flags.TLS_CERT} and {flags.TLS_KEY} must be given together")
+    if not 0 <= args.secure_port <= 65535:
+        out.append(f"--secure-port: {args.secure_port} is not a port number (0-65535)")
+    if args.max_requests_per_connection < 0:
+        out.append("--max-requests-per-connection: must be 0 (never rotate) or more")
+    if not 0.0 <= args.goaway_chance <= 0.02:
+        out.append(f"--goaway-chance: {args.goaway_chance} is not between 0 and 0.02")
+    out += within("--request-timeout", lambda: parse_duration(args.request_timeout), 0.01, 3600, "10ms and 1h")
+    reload = args.credential_reload_interval
+    out += within("--credential-reload-interval", lambda: parse_duration(reload), 0.05, 3600, "50ms and 1h")
+    if args.metrics_bind_address:
+        out += problem("--metrics-bind-address", lambda: parse_address(args.metrics_bind_address))
+    return out
+
+
+def to_config(args: argparse.Namespace, dev: DevPKI | None) -> ServingConfig:
+    cert, key = (dev.cert("server"), dev.key("server")) if dev else (args.tls_cert_file, args.tls_private_key_file)
+    return ServingConfig(
+        host=args.bind_address,
+        port=args.secure_port,
+        cert=cert,
+        key=key,
+        request_timeout=value("--request-timeout", lambda: parse_duration(args.request_timeout)),
+        max_requests=args.max_requests_per_connection,
+        goaway_chance=args.goaway_chance,
+        metrics_address=args.metrics_bind_address,
+        reload_interval=value("--credential-reload-interval", lambda: parse_duration(args.credential_reload_interval)),
+    )
