@@ -22,6 +22,7 @@ import httpx
 
 from secure_orca import pki
 from secure_orca.cli import serve as serve_cli
+from secure_orca.credentials import devpki
 from secure_orca.lab import loadgen
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity, Load, LoadResult
@@ -98,7 +99,7 @@ class BenchPKI:
 
     @classmethod
     def create(cls, root: Path) -> BenchPKI:
-        pki.ensure(root)  # completes what is missing, overwrites nothing
+        devpki.ensure(root)  # completes what is missing, overwrites nothing
         return cls(pki.DevPKI(root))
 
     @property

@@ -24,7 +24,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 
 WARM_UP = 20
@@ -71,7 +71,7 @@ def free_port() -> int:
 
 def main(connections: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        dev = pki.generate(Path(tmp) / "pki")
+        dev = devpki.generate(Path(tmp) / "pki")
         context = ssl.create_default_context(cafile=str(dev.cert("ca")))
         context.set_alpn_protocols(["h2"])
         results: dict[str, float] = {}

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 from secure_orca.server import tls_policy
 
@@ -78,7 +78,7 @@ def percentile(values: list[float], share: float) -> float:
 
 def main(requests: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        dev = pki.generate(Path(tmp) / "pki")
+        dev = devpki.generate(Path(tmp) / "pki")
         ca = dev.cert("ca")
         with launch.replicas([launch.serve_argv(dev)]) as (replica,):
             victim(replica, ca, 50)  # warm up

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 from secure_orca.server import tls_policy
 
@@ -155,7 +156,7 @@ def spread(values: list[float], baseline: list[float]) -> str:
 def main(count: int, rounds: int, out: Callable[[str], object] = print) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        dev = pki.generate(root / "pki")
+        dev = devpki.generate(root / "pki")
         all_cases = cases()
         argvs = []
         for kind in dict.fromkeys(case.key for case in all_cases):

@@ -23,7 +23,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import instrcount
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
@@ -38,7 +38,7 @@ def per_request(repeats: int, long: int = 600, short: int = 100) -> dict[str, li
     out: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        dev = pki.generate(work / "pki")
+        dev = devpki.generate(work / "pki")
         client = Identity("lb", dev.cert("load_reader_client"), dev.key("load_reader_client"), "TEXT")
         for name, extra in (("on", ()), ("off", ("--endpoint-load-metrics-oob=false",))):
             flags = lb.replica_flags(dev, "load-reader", *extra)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
@@ -82,7 +83,7 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     periods = [float(p) for p in args.periods.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        dev = pki.generate(Path(tmp))
+        dev = devpki.generate(Path(tmp))
         print("mode          LB rps   period   staleness_s (median; runs)")
         for rate in rates:
             for period in [None, *periods]:

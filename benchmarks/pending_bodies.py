@@ -27,7 +27,7 @@ import h2.config
 import h2.connection
 import h2.events
 
-from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -116,7 +116,7 @@ def drain(connections: list[Connection], seconds: float) -> int:
 def measure(args: argparse.Namespace) -> None:
     total = args.connections * args.streams
     with tempfile.TemporaryDirectory() as tmp:
-        dev = pki.generate(Path(tmp) / "pki")
+        dev = devpki.generate(Path(tmp) / "pki")
         extra = ["--request-timeout", args.request_timeout] if args.request_timeout else []
         flags = ["--requestheader-client-ca-file", str(dev.cert("front_proxy_ca")), *extra]
         with launch.replicas([launch.serve_argv(dev, flags, demo_work=False)]) as (replica,):

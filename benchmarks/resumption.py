@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 
 
@@ -42,7 +43,7 @@ def connect_once(
 
 def main(connections: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        dev = pki.generate(Path(tmp) / "pki")
+        dev = devpki.generate(Path(tmp) / "pki")
         fp_ca = pki.make_ca("front-proxy-ca")
         intermediate = pki.issue(fp_ca, "front-proxy-intermediate", is_ca=True, eku=None)
         leaf = pki.issue(intermediate, pki.FRONT_PROXY_CN)

@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.credentials.kinds import KeyPair
 from secure_orca.server.adapter import make_server_context
 from secure_orca.x509.cache import ChainCache
@@ -298,7 +299,7 @@ def latency_ratios(workdir: Path, samples: int, rounds: int, decoys: int = 7) ->
     in its own process, new chains each round: a chain already verified costs nothing)."""
     from secure_orca.lab import replicas as launch
 
-    dev = pki.generate(workdir / "pki")
+    dev = devpki.generate(workdir / "pki")
     files = crafted_clients(dev, workdir, 15 * rounds, decoys)
     argv = launch.serve_argv(dev, ["--client-ca-file", str(dev.cert("client_ca"))])
     found = []

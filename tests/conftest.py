@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 
 
@@ -26,7 +27,7 @@ def load_issued(cert: Path, key: Path) -> pki.Issued:
 
 @pytest.fixture(scope="session")
 def dev_pki(tmp_path_factory: pytest.TempPathFactory) -> pki.DevPKI:
-    return pki.generate(tmp_path_factory.mktemp("pki"))
+    return devpki.generate(tmp_path_factory.mktemp("pki"))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.authn.user import UserInfo
 from secure_orca.authz.reasons import Reason
+from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 from secure_orca.server import audit
 
@@ -198,7 +199,7 @@ def test_a_device_is_never_renamed(tmp_path: Path) -> None:
 
 def test_negative_sizes_are_refused_as_kube(tmp_path: Path) -> None:
     run = subprocess.run(
-        [*launch.serve_argv(pki.generate(tmp_path / "p"))[:3], "serve", "--audit-log-maxsize", "-1"],
+        [*launch.serve_argv(devpki.generate(tmp_path / "p"))[:3], "serve", "--audit-log-maxsize", "-1"],
         capture_output=True,
         text=True,
         timeout=30,

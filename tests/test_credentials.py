@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from secure_orca import pki
-from secure_orca.credentials import flags, loader
+from secure_orca.credentials import devpki, flags, loader
 from secure_orca.errors import CredentialError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "secure_orca"
@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "secure_orca"
 
 @pytest.fixture()
 def dev(tmp_path: Path) -> pki.DevPKI:
-    return pki.generate(tmp_path / "pki")
+    return devpki.generate(tmp_path / "pki")
 
 
 def files(dev: pki.DevPKI, **more: Any) -> loader.CredentialFiles:

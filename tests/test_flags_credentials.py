@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from secure_orca import pki
-from secure_orca.credentials import flags
+from secure_orca.credentials import devpki, flags
 from secure_orca.credentials.loader import read_ca_bundle, read_key_pair, read_secrets
 from secure_orca.errors import CredentialError, FlagError
 from secure_orca.server.flags import parse_duration, parse_feature_gates, parse_list, parse_proxy
@@ -48,7 +48,7 @@ def test_lists_and_proxy_routes() -> None:
 
 @pytest.fixture()
 def issued(tmp_path: Path) -> pki.DevPKI:
-    return pki.generate(tmp_path / "pki")
+    return devpki.generate(tmp_path / "pki")
 
 
 def write(path: Path, data: bytes, mode: int = 0o600) -> Path:
@@ -101,11 +101,11 @@ def test_key_pair_rules(tmp_path: Path, issued: pki.DevPKI) -> None:
 
 
 def test_pki_never_overwrites_without_force(tmp_path: Path) -> None:
-    first = pki.generate(tmp_path)
+    first = devpki.generate(tmp_path)
     before = first.cert("ca").read_bytes()
     with pytest.raises(FileExistsError, match="--force"):
-        pki.generate(tmp_path)
+        devpki.generate(tmp_path)
     assert first.cert("ca").read_bytes() == before
-    pki.generate(tmp_path, force=True)
+    devpki.generate(tmp_path, force=True)
     assert first.cert("ca").read_bytes() != before
     assert first.secret.stat().st_mode & 0o077 == 0 and first.key("ca").stat().st_mode & 0o077 == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -10,23 +11,13 @@ import pytest
 import secure_orca
 
 PACKAGE = Path(secure_orca.__file__).parent
-# Parsing, formats, decisions: no sockets, threads, processes, clocks or files; only other pure modules.
-PURE = (
-    "secure_orca.errors",
-    "secure_orca.addresses",
-    "secure_orca.orca",
-    "secure_orca.authn",
-    "secure_orca.authz.reasons",
-    "secure_orca.authz.policy",
-    "secure_orca.authz.secrets",
-    "secure_orca.authz.memo",
-    "secure_orca.authz.authority",
-    "secure_orca.x509",
-    "secure_orca.hpackcost.walk",
-    "secure_orca.hpackcost.model",
-    "secure_orca.envoy.bootstrap",
-    "secure_orca.probe.stats",
-    "secure_orca.server.flags",
+PYPROJECT = PACKAGE.parent / "pyproject.toml"
+# Parsing, formats, decisions: no sockets, threads, processes, clocks or files; only other pure modules. One list:
+# the forbidden contract's source modules in pyproject.toml, which lint-imports checks as well.
+PURE = tuple(
+    next(
+        c for c in tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"] if c["type"] == "forbidden"
+    )["source_modules"]
 )
 IO = {
     "socket",
@@ -49,8 +40,6 @@ IO = {
     "http.client",
 }
 ENTRY = {"secure_orca.__main__"}
-# Not listed as pure although they do no I/O themselves: probe.vectors mints look-alike certificates with
-# secure_orca.pki, a module that also writes the development PKI to disk.
 
 
 def module_name(path: Path) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 
 from .conftest import fp_flags
@@ -154,7 +155,7 @@ def test_serve_without_tls_flags_creates_and_uses_the_dev_pki(tmp_path) -> None:
         pass
     out = "".join(replica.process.lines)
     assert "created a development PKI" in out and "load metrics on" in out
-    assert not pki.missing(pki.DevPKI(tmp_path / "c"))
+    assert not devpki.missing(pki.DevPKI(tmp_path / "c"))
 
 
 def test_certs_command_completes_and_never_overwrites(tmp_path) -> None:

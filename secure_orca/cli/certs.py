@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.errors import UsageError
 
 HELP = "write (or complete) the development PKI, token file and kubeconfig; print its client identities"
@@ -36,7 +37,7 @@ def identities(dev: pki.DevPKI) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        written = pki.ensure(args.dir, args.server, force=args.force)
+        written = devpki.ensure(args.dir, args.server, force=args.force)
     except (FileExistsError, OSError, ValueError) as error:
         raise UsageError(f"--dir: {error}") from None
     for path in written:

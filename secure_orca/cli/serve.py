@@ -18,6 +18,7 @@ import signal
 
 from secure_orca import pki
 from secure_orca.addresses import is_loopback
+from secure_orca.credentials import devpki
 from secure_orca.errors import UsageError
 from secure_orca.server import options
 from secure_orca.server.adapter import bind_address
@@ -43,7 +44,7 @@ def dev_pki(args: argparse.Namespace) -> pki.DevPKI | None:
         return None
     port = args.secure_port if args.secure_port else 6443
     try:
-        written = pki.ensure(args.certs_dir, f"https://localhost:{port}")
+        written = devpki.ensure(args.certs_dir, f"https://localhost:{port}")
     except (OSError, ValueError) as error:
         raise UsageError(f"--certs-dir: cannot complete the development PKI: {error}") from None
     if written:

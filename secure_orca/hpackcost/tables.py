@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from secure_orca.hpackcost.model import KEP_EXAMPLE, MITIGATIONS, CellResult, Scenario
-from secure_orca.hpackcost.wire import WireResult
+from secure_orca.hpackcost.results import WireResult
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.report import encode_text
 

@@ -22,6 +22,7 @@ from typing import Any
 import hpack
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.hpackcost import wire as hpack_wire
 from secure_orca.lab import instrcount, loadgen, matched
 from secure_orca.lab import launcher as lb
@@ -242,7 +243,7 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
     instructions: Instructions | InstrMissing
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="secure-orca-eval-")))
-        dev = pki.generate(root / "pki")
+        dev = devpki.generate(root / "pki")
         log(f"development PKI in {root} (removed at the end); starting {len(OPTIONS) + 2} replicas (2 feature off)")
         reps = stack.enter_context(replicas_for(dev))
         for option in OPTIONS:

@@ -16,6 +16,7 @@ import h2.connection
 import h2.events
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import instrcount
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
@@ -106,7 +107,7 @@ def wire_bytes(reports: int, interval: float) -> dict[str, float]:
     """Bytes per streamed report on one real TLS 1.3 connection with the load-reader certificate (an idle replica
     in load-reader mode started for it, its floor at ``interval``): see ``stream_bytes``."""
     with tempfile.TemporaryDirectory() as tmp:
-        dev = pki.generate(Path(tmp))
+        dev = devpki.generate(Path(tmp))
         floor = f"{int(interval * 1000)}ms"
         flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", floor)
         with launch.replicas([launch.serve_argv(dev, flags)]) as (replica,):
@@ -153,7 +154,7 @@ def report_instructions(long: int, short: int, repeats: int, layout: int = 0) ->
     per sample, shared by every stream) is not in the figure."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        dev = pki.generate(work / "pki")
+        dev = devpki.generate(work / "pki")
         flags = lb.replica_flags(dev, "load-reader", "--endpoint-load-metrics-oob-min-interval", "10ms")
         args = instrcount.serve_args(launch.serve_argv(dev, flags, demo_work=False))
         with instrcount.counted_server(args, work / "callgrind.out", layout=layout) as server:

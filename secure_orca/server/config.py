@@ -1,7 +1,7 @@
 """The validated configuration of `serve`, built from kube-apiserver-style flags alone (the options of each
 concern, ``secure_orca.server.options``): it names the credential files (``secure_orca.credentials`` reads them),
 and neither reads nor writes a file, nor opens a socket. The development PKI, when used, is written beforehand
-by its one writer (``secure_orca.pki.files``, called by cli.serve) and passed in as paths."""
+by its one writer (``secure_orca.credentials.devpki``, called by cli.serve) and passed in as paths."""
 
 from __future__ import annotations
 

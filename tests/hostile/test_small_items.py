@@ -15,6 +15,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.addresses import is_loopback
 from secure_orca.authz.policy import DECISIONS
+from secure_orca.credentials import devpki
 from secure_orca.lab import loadgen
 from secure_orca.lab import replicas as launch
 from secure_orca.server.asgi import respond
@@ -105,7 +106,7 @@ def test_pki_never_writes_through_a_planted_temporary_name(tmp_path: Path) -> No
     root.mkdir()
     for name in ("server.key", "ca.key", "secret", "server.crt"):
         (root / f".{name}.tmp").symlink_to(victim)
-    pki.generate(root)
+    devpki.generate(root)
     assert victim.read_bytes() == b"precious"
     assert not [p for p in root.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()]
 

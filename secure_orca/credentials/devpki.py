@@ -15,8 +15,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from secure_orca.pki import mint
-from secure_orca.pki.mint import CA_CN, DEFAULT_SERVER, ISSUER, Blob, DevPKI, Issued
+from secure_orca import pki as mint
+from secure_orca.pki import CA_CN, DEFAULT_SERVER, ISSUER, Blob, DevPKI, Issued
 
 
 class IncompletePKI(FileExistsError):

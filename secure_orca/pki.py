@@ -10,7 +10,7 @@ and a kubeconfig (mode 0600: it holds that token) with the contexts docs/authent
 For development and tests only: keys are written unencrypted.
 
 Pure: everything is minted in memory as a :class:`Blob` (bytes and a file mode, as trustme's ``Blob``);
-``secure_orca.pki.files`` is the one writer.
+``secure_orca.credentials.devpki`` is the one writer.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ CA_CN = {
 
 @dataclass(frozen=True)
 class Blob:
-    """A file's content minted in memory and the mode it is written with (``secure_orca.pki.files`` writes it)."""
+    """A file's content minted in memory and the mode it is written with (credentials.devpki writes it)."""
 
     data: bytes
     mode: int = 0o600
