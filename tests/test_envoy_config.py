@@ -414,6 +414,8 @@ def test_cli_writes_and_validates(dev_pki: pki.DevPKI, tmp_path: Path, capsys: p
         "[::1]:7002@b",
         "--timing",
         "test",
+        "--option",
+        "front-proxy,shared-secret",
         "-o",
         str(out),
         "--validate",
@@ -444,7 +446,7 @@ def test_cli_prints_to_stdout_without_secret(dev_pki: pki.DevPKI, capsys: pytest
         ([], "--upstream: give at least one"),
         (["--upstream", "h:99999"], "--upstream"),
         (["--upstream", "h:1", "--option", "nope"], "--option"),
-        (["--upstream", "h:1"], "--output"),
+        (["--upstream", "h:1", "--option", "shared-secret"], "--output"),  # SDS delivery needs a file
         (["--upstream", "h:1", "--option", "header-only", "--listen", "h"], "--listen"),
         (["--upstream", "h:1@a", "--upstream", "h:2", "-o", "x.yaml"], "every upstream a zone"),
         (

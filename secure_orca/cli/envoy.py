@@ -3,9 +3,10 @@ replicas using their ORCA load reports, for one security option of KEP-6315:
 
   front-proxy                 present the front-proxy client certificate to the replicas
   shared-secret               send the secret in the opt-in header (endpoint-load-metrics-request)
-  front-proxy,shared-secret   both (default)
+  front-proxy,shared-secret   both
   header-only                 the bare opt-in (replicas must accept header-only)
-  load-reader                 present the load-reader certificate (option 2b): load reports, no identity
+  load-reader                 present the load-reader certificate (option 2b, the default, as recommended by
+                              the evaluation): load reports, no identity
 
 Every option removes the identity headers clients send (X-Remote-User, X-Remote-Group, X-Remote-Uid,
 X-Remote-Extra-*, in any letter case). With front-proxy, Envoy is kube's authenticating front proxy: it requests
@@ -28,6 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from secure_orca import recommended
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.envoy import files
 from secure_orca.errors import FlagError, UsageError
@@ -40,7 +42,11 @@ HELP = "write (and validate) an Envoy bootstrap for ORCA-weighted load balancing
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--upstream", action="append", default=[], metavar="HOST:PORT[@ZONE]", help="a replica (repeatable)")
-    a("--option", default="front-proxy,shared-secret", help=f"one of {', '.join(envoy.OPTIONS)}")
+    a(
+        "--option",
+        default=recommended.OPTION,
+        help=f"one of {', '.join(envoy.OPTIONS)} (default {recommended.OPTION}, the recommended 2b)",
+    )
     a("--policy", default="cswrr", choices=envoy.POLICIES, help="cswrr (ORCA weights, default) or round-robin")
     a("--local-zone", help="Envoy's own zone (default: the first upstream's zone)")
     a("--listen", default="127.0.0.1:8443", metavar="HOST:PORT", help="client listener (default 127.0.0.1:8443)")
