@@ -30,7 +30,7 @@ def identities(dev: pki.DevPKI) -> list[str]:
     """One line per client identity of the development PKI: its name (the certificate's CN), files and use."""
     lines = []
     for who in pki.CLIENT_IDENTITIES:
-        where = f"{dev.cert(who.role)} (CN={who.name}, from {who.issuer})" if who.role else f"{who.issuer}"
+        where = f"{dev.cert(who.role)} (CN={who.name}, from {who.issuer})" if who.role else str(dev.root / who.issuer)
         lines.append(f"  {who.name}: {where}: {who.use}")
     return lines
 
