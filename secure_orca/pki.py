@@ -1,7 +1,7 @@
-"""Write a development PKI: a serving CA and server certificate (localhost, 127.0.0.1, ::1), a client CA with
+"""Mint a development PKI in memory: a serving CA and server certificate (localhost, 127.0.0.1, ::1), a client CA with
 a user certificate, a front-proxy CA with a CN-only ``front-proxy-client`` certificate (as kubeadm issues it), a
 load-reader CA with a CN-only ``load-reader`` certificate (option 2b: reads load, asserts no identity),
-and a random shared-secret file (mode 0600). Existing files are never overwritten without --force.
+and a random shared-secret file (mode 0600).
 
 Beside it, for kubectl: a token file (``tokens.csv``, mode 0600, kube's CSV with one random token for ``jane``)
 and a kubeconfig (mode 0600: it holds that token) with the contexts docs/authentication.md uses: ``developer``
@@ -230,7 +230,7 @@ DEFAULT_SERVER = "https://localhost:6443"
 
 def kubeconfig(root: Path, server: str = DEFAULT_SERVER, token: str | None = None) -> dict[str, object]:
     """The development kubeconfig: paths relative to ``root`` (kubectl resolves them against the kubeconfig's
-    own directory); with ``token`` (the one ``write_tokens`` wrote), a ``jane`` context, and ``intruder`` with a
+    own directory); with ``token`` (the one in ``tokens.csv``), a ``jane`` context, and ``intruder`` with a
     guessed token."""
     pki = DevPKI(root)
     users: dict[str, dict[str, str]] = {

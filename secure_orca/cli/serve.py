@@ -1,7 +1,8 @@
 """Serve HTTP/2 and HTTP/1.1 over TLS, attaching ORCA load reports (endpoint-load-metrics) only to requests
-that opt in with endpoint-load-metrics-request AND are authorized: a client certificate trusted for
-front-proxy authentication (--requestheader-client-ca-file, --requestheader-allowed-names), or a shared
-secret in the opt-in value (TEXT; secret=...). Flags are named as kube-apiserver names them.
+that opt in with endpoint-load-metrics-request AND are authorized: a load-reader client certificate (option 2b,
+the default: --endpoint-load-metrics-client-ca-file, --endpoint-load-metrics-allowed-names), a client certificate
+trusted for front-proxy authentication (--requestheader-client-ca-file, --requestheader-allowed-names), or a
+shared secret in the opt-in value (TEXT; secret=...). Flags are named as kube-apiserver names them.
 
 With no TLS flags it uses the development PKI in certs/ (written, or completed, on first use by the same writer
 as `secure-orca certs`: a kubeconfig and token file included) with the feature on.
