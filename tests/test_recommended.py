@@ -8,6 +8,7 @@ import argparse
 import json
 import re
 from pathlib import Path
+from types import ModuleType
 
 from secure_orca import recommended
 from secure_orca.cli import deploy, envoy, serve
@@ -26,7 +27,7 @@ def evaluation_recommends() -> str:
     return next(option for option, title in TITLES.items() if title == found.group(1))
 
 
-def _defaults(module) -> argparse.Namespace:  # type: ignore[no-untyped-def]
+def _defaults(module: ModuleType) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     module.add_arguments(parser)
     return parser.parse_args([])
