@@ -12,7 +12,6 @@ from types import ModuleType
 
 from secure_orca import recommended
 from secure_orca.cli import deploy, envoy, serve
-from secure_orca.envoy.bootstrap import LBConfig
 from secure_orca.lab.options import TITLES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -42,4 +41,3 @@ def test_every_tool_defaults_to_the_recommendation() -> None:
     assert _defaults(serve).endpoint_load_metrics_auth == ",".join(recommended.SERVE_MODES) == recommended.OPTION
     assert _defaults(envoy).option == recommended.OPTION
     assert _defaults(deploy).option == recommended.OPTION
-    assert LBConfig.__dataclass_fields__["option"].default == recommended.OPTION

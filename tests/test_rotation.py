@@ -77,6 +77,7 @@ def rig(dev_pki: pki.DevPKI, tmp_path: Path) -> Iterator[Rig]:
     names.write_text(f"# front proxies\n{pki.FRONT_PROXY_CN}\n")
     flags = [
         "--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
+        "--endpoint-load-metrics-auth", "front-proxy,shared-secret",
         "--requestheader-client-ca-file", str(live.cert("front_proxy_ca")),
         "--requestheader-allowed-names-file", str(names),
         "--endpoint-load-metrics-secret-file", str(live.secret),

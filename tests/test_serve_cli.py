@@ -173,7 +173,7 @@ def test_certs_prints_every_client_identity_with_its_cn(tmp_path) -> None:
     out = run_cli("certs", "--dir", str(tmp_path)).stdout
     for cn in (pki.USER_CN, pki.FRONT_PROXY_CN, pki.LOAD_READER_CN):
         assert f"CN={cn}," in out
-    assert "jane: tokens.csv" in out
+    assert f"jane: {tmp_path / pki.TOKENS_FILE}:" in out
 
 
 def test_sigterm_stops_cleanly(dev_pki) -> None:

@@ -37,7 +37,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from secure_orca import recommended
 from secure_orca.addresses import is_loopback
 from secure_orca.errors import SecureOrcaError
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
@@ -195,7 +194,7 @@ class LBConfig:
 
     upstreams: tuple[Upstream, ...]
     credentials: Credentials
-    option: str = recommended.OPTION
+    option: str = "front-proxy,shared-secret"  # the library's; the CLIs default to recommended.OPTION
     policy: str = "cswrr"
     listen_host: str = "127.0.0.1"
     listen_port: int = 8443
