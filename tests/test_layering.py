@@ -80,7 +80,8 @@ def test_pure_modules_import_no_io_and_no_shell(name: str) -> None:
     used = MODULES[name]
     assert not {m for m in used if within(m, IO)}, f"{name} imports I/O"
     ours = {m for m in used if m.startswith("secure_orca.") and m in MODULES}
-    assert all(is_pure(m) for m in ours), f"{name} imports shells: {sorted(m for m in ours if not is_pure(m))}"
+    shells = sorted(m for m in ours if not is_pure(m) and MODULES[m])  # a package that imports nothing is harmless
+    assert not shells, f"{name} imports shells: {shells}"
 
 
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if not m.startswith("secure_orca.cli") and m not in ENTRY))
