@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.hpackcost import wire as hpack_wire
 from secure_orca.hpackcost.model import MITIGATIONS, Scenario, simulate
 from secure_orca.lab import oobcost
@@ -65,7 +66,7 @@ def measure(settings: Settings, log: Callable[[str], None], seed: int = 6315) ->
     wire: dict[tuple[str, float], list[float]] = {(p, t): [] for p in PATHS for t in periods}
     stale: dict[tuple[str, float], list[Staleness]] = {(p, t): [] for p in PATHS for t in periods}
     with tempfile.TemporaryDirectory(prefix="secure-orca-matched-") as tmp:
-        dev = pki.generate(Path(tmp) / "pki")
+        dev = devpki.generate(Path(tmp) / "pki")
         argvs = [launch.serve_argv(dev, matched_flags(dev, period)) for period in periods]
         with launch.replicas(argvs) as started:
             loaded = dict(zip(periods, started, strict=True))

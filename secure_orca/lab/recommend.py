@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from secure_orca.lab.options import OPTIONS, OUT_OF_BAND, TITLES
 from secure_orca.lab.results import Evaluation, Grants, Instructions, OutOfBand, Spread, compare
-from secure_orca.probe.audit import TIMING_ALPHA
+from secure_orca.probe.stats import TIMING_ALPHA
 
 RULES = ("exposure", "grants", "cost", "in band or out of band")
 POLICY = (

@@ -34,7 +34,7 @@ from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.report import OrcaFormatError, parse_text
-from secure_orca.probe.stats import UTest, mann_whitney_u, median
+from secure_orca.probe.stats import TIMING_ALPHA, UTest, mann_whitney_u, median
 from secure_orca.probe.transport import Connector, Exchange, H2Client, ProbeError, Target, exchange
 from secure_orca.probe.vectors import (
     CLEARTEXT,
@@ -61,7 +61,6 @@ from secure_orca.x509.chainverifier import common_name
 
 Outcome = Literal["leak", "no-report", "refused-handshake", "not-accepted", "error"]
 Impersonation = Literal["leak", "none", "unknown"]
-TIMING_ALPHA = 0.001
 _TEXT_HEADER = HEADER.encode()
 
 

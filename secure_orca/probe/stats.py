@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+TIMING_ALPHA = 0.001  # the timing check's significance level: p below it is evidence of a timing leak
+
 
 @dataclass(frozen=True)
 class UTest:

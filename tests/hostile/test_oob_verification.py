@@ -16,6 +16,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.cli import serve as serve_cli
+from secure_orca.credentials import devpki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
@@ -36,7 +37,7 @@ def assembled(dev: pki.DevPKI) -> Server:
 def test_the_stream_verifies_off_the_loop_charged_to_its_address_reloads_included(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dev = pki.generate(tmp_path / "pki")
+    dev = devpki.generate(tmp_path / "pki")
     server = assembled(dev)
     assert server.oob is not None
     calls: list[tuple[int, str | None]] = []  # (thread, address charged) of every verification
