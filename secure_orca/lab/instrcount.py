@@ -220,8 +220,9 @@ def wait_listening(host: str, port: int, process: subprocess.Popen[bytes], timeo
 
 
 def requests(server: CountedServer, identity: Identity, count: int, path: str, workdir: Path) -> None:
-    """``count`` requests on one new connection, one at a time (h2load -c 1 -m 1: the same frames every run)."""
-    run_h2load(server.url + path, Load(1, 1, requests=count), identity, workdir)
+    """``count`` requests on one new connection, one at a time (h2load -c 1 -m 1: the same frames every run). The
+    server runs under callgrind, so a loaded machine may take minutes: it is given 10 minutes."""
+    run_h2load(server.url + path, Load(1, 1, requests=count), identity, workdir, patience=600.0)
 
 
 def per_unit(totals: dict[str, int], label: str, long: str, short: str, units: int, repeats: int) -> Counted:

@@ -139,8 +139,11 @@ def parse_h2load(stdout: str, log_text: str) -> LoadResult:
     )
 
 
-def run_h2load(url: str, load: Load, identity: Identity, workdir: Path, shim: Path | None = None) -> LoadResult:
-    """Run h2load once against ``url`` (a full URL with path); a certificate goes through the shim."""
+def run_h2load(
+    url: str, load: Load, identity: Identity, workdir: Path, shim: Path | None = None, patience: float = 60.0
+) -> LoadResult:
+    """Run h2load once against ``url`` (a full URL with path); a certificate goes through the shim. It may take
+    ``patience`` seconds beyond its duration (more for a server under callgrind, which runs ~50x slower)."""
     log_file = workdir / "h2load-requests.log"
     log_file.unlink(missing_ok=True)
     argv = [h2load_path(), *load.args(), f"--log-file={log_file}"]
@@ -153,7 +156,7 @@ def run_h2load(url: str, load: Load, identity: Identity, workdir: Path, shim: Pa
             "H2LOAD_CLIENT_CERT": str(identity.cert),
             "H2LOAD_CLIENT_KEY": str(identity.key),
         }
-    timeout = 60 + (load.duration or 0) + (load.warmup or 0)
+    timeout = patience + (load.duration or 0) + (load.warmup or 0)
     done = subprocess.run([*argv, url], capture_output=True, text=True, env=env, timeout=timeout)
     if done.returncode != 0:
         raise LoadError(f"h2load exited with {done.returncode}: {done.stderr[-1000:]}")
