@@ -12,15 +12,28 @@ The user is who the request authenticated as; when a verified front proxy assert
 certificate CN is kept apart in the ``authentication.secure-orca.io/front-proxy`` annotation, as Pinniped keeps
 the original user apart from the impersonated one.
 
-On the event loop a request costs one small record and a deque append: events are built, redacted and written
-by one writer thread. A full queue drops the event and counts it; a write error (a full disk) drops the batch,
-counts it and serving goes on. No header value is written except the User-Agent, and every credential a client
-presented (opt-in secret, Authorization) and every configured secret and token is redacted from every string.
+On the event loop a request costs one small record: the fields its event needs, copied when the request
+arrives (no ``scope``, no header list is kept), charged in bytes against a bounded queue. Events are built,
+redacted and written by one writer thread. ``--audit-log-mode`` is kube's (``pkg/server/options/audit.go``,
+``NewAuditOptions``, the log backend's default ``blocking``): in ``blocking`` the request whose event finds the
+queue full awaits room before its response completes (the loop never blocks, no event is lost, the client that
+floods is the one that waits) and a write error is counted and ignored; ``blocking-strict`` also refuses new
+requests (500) while the log cannot be written, as kube fails a request whose RequestReceived event is not
+stored; ``batch`` drops an event that finds the queue full, counts it and logs it (rate-limited).
+
+No header value is written except the User-Agent. Redaction does a bounded amount of work per event whatever the
+client sends: the configured secrets and tokens are one precompiled matcher (rebuilt only when they change), and
+a client's own credential is what kube's parsing takes (``Authorization``: the scheme, then one token; the opt-in's
+secret), so at most two values more. Every string is matched on its percent-decoded form, so no spelling of a
+credential (``%2f`` or ``%2F``, a needless escape, ``+`` or ``%20`` for a space) is written.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import collections
+import contextlib
 import datetime as dt
 import functools
 import ipaddress
@@ -35,7 +48,6 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import quote, quote_plus
 
 from cryptography import x509
 
@@ -55,47 +67,93 @@ IN_BAND, OUT_OF_BAND, NO_REPORT = "in-band", "out-of-band", "none"
 FRONT_PROXY = "authentication.secure-orca.io/front-proxy"  # CN of the front proxy that asserted the user
 REDACTED = "[redacted]"
 DEFAULT_MAXSIZE_MB, DEFAULT_MAXBACKUP = 100, 100  # kube's defaults
-QUEUE_LIMIT = 10_000
+BATCH, BLOCKING, BLOCKING_STRICT = "batch", "blocking", "blocking-strict"
+MODES = (BATCH, BLOCKING, BLOCKING_STRICT)  # kube's AllowedModes
+DEFAULT_MODE = BLOCKING  # kube's NewAuditOptions: the log backend's mode
+QUEUE_LIMIT = 10_000  # events (kube's defaultBatchBufferSize)
+QUEUE_BYTES = 16 * 1024 * 1024  # and bytes, charged as each record's ``size``
+RECORD_BYTES = 1024  # charged per record beyond its strings: the object, its slots, the fixed fields
+ITEM_BYTES = 64  # charged per kept string or bytes object: its header
+MIN_PRESENTED = 4  # a client's credential shorter than this is not searched for (it would redact most text)
+DROP_LOG_INTERVAL = 10.0  # seconds between two "events dropped" log lines
 _REPORT_NAME = REPORT.encode()
 _USER_AGENT, _AUTHORIZATION = b"user-agent", b"authorization"
 _FORWARDED_FOR, _REAL_IP = b"x-forwarded-for", b"x-real-ip"
 _AUDIT_ID = b"audit-id"
+_OPTIN_NAMES = frozenset({OPTIN_BYTES, OPTIN_BYTES.replace(b"-", b"_")})
 
 
 class AuditRecord:
-    """What the request path learns about one request; the writer thread turns it into an Event."""
+    """What the request path learns about one request; the writer thread turns it into an Event. The fields are
+    copied from the scope when the request arrives (the scope itself is not kept), and ``size`` is what the record
+    is charged in the queue: its strings plus a constant, an upper bound of the memory it keeps."""
 
-    __slots__ = ("decision", "front_proxy", "headers", "received", "report", "response", "scope", "stage", "status",
-                 "user")  # fmt: skip
+    __slots__ = ("agent", "audit_id", "client", "decision", "forwarded", "front_proxy", "method", "path",
+                 "presented", "query", "real", "received", "report", "size", "stage", "status", "user")  # fmt: skip
 
     def __init__(self, scope: Scope) -> None:
-        self.scope = scope  # kept as received: method, path, query, client address
-        self.headers = scope["headers"]  # the list as received (layers below build new lists, never mutate it)
         self.received = time.time_ns()
+        self.method = str(scope.get("method", ""))
+        self.path: bytes = scope.get("raw_path") or scope.get("path", "").encode("utf-8", "surrogateescape")
+        self.query: bytes = scope.get("query_string", b"")
+        client = scope.get("client")
+        self.client: str | None = client[0] if client else None
+        agent = authorization = opt_in = None
+        forwarded: list[bytes] = []
+        real: list[bytes] = []
+        for name, value in scope["headers"]:  # one pass; only references to immutable values are kept
+            lowered = name.lower()
+            if lowered == _USER_AGENT:
+                agent = value if agent is None else agent
+            elif lowered == _AUTHORIZATION:
+                authorization = value if authorization is None else authorization
+            elif lowered in _OPTIN_NAMES:
+                opt_in = value if opt_in is None else opt_in
+            elif lowered == _FORWARDED_FOR:
+                forwarded.append(value)
+            elif lowered == _REAL_IP:
+                real.append(value)
+        self.agent: bytes | None = agent
+        self.forwarded, self.real = forwarded, real
+        self.presented = presented(authorization, opt_in)
+        kept = [self.method, self.path, self.query, *forwarded, *real, *self.presented]
+        self.size = RECORD_BYTES + sum(len(v) + ITEM_BYTES for v in kept) + (len(agent) + ITEM_BYTES if agent else 0)
         self.stage = 0
         self.status = 0
         self.user: UserInfo | None = None
         self.front_proxy: x509.Certificate | None = None  # the verified front proxy that asserted ``user``
         self.decision = Reason.NO_OPT_IN
         self.report = NO_REPORT
-        self.response: Iterable[tuple[bytes, bytes]] = ()  # the response's headers, as sent
+        self.audit_id = b""  # the response's Audit-Id header, when it sent one
+
+    def responded(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """The response started: its status, how a report reached the caller, and its Audit-Id (kube's header:
+        the event's auditID)."""
+        self.status = status
+        for index, (name, value) in enumerate(headers):
+            if index == 0 and name == _REPORT_NAME:  # the middleware puts an attached report first
+                self.report = IN_BAND
+            elif name == _AUDIT_ID:
+                self.audit_id = value[:64]
+                break
+
+    def charge_user(self) -> None:
+        """Add the user's strings to ``size`` (the user is known once the request is answered)."""
+        user = self.user
+        if user is not None:
+            strings = [
+                user.name,
+                user.uid or "",
+                *user.groups,
+                *user.extra,
+                *(v for vs in user.extra.values() for v in vs),
+            ]
+            self.size += sum(len(v) + ITEM_BYTES for v in strings)
 
 
 def record_of(scope: Scope) -> AuditRecord | None:
     record = scope.get(AUDIT_KEY)
     return record if isinstance(record, AuditRecord) else None
-
-
-def _response(record: AuditRecord) -> tuple[str, bytes]:
-    """How a report reached the caller, and the response's Audit-Id (kube's header: the event's auditID)."""
-    report, audit_id = record.report, b""
-    for index, (name, value) in enumerate(record.response):
-        if index == 0 and name == _REPORT_NAME:  # the middleware puts an attached report first
-            report = IN_BAND
-        elif name == _AUDIT_ID:
-            audit_id = value
-            break
-    return report, audit_id
 
 
 def mark_streamed(scope: Scope) -> None:
@@ -105,8 +163,6 @@ def mark_streamed(scope: Scope) -> None:
         record.report = OUT_OF_BAND
 
 
-_CREDENTIAL_HEADERS = frozenset({_AUTHORIZATION, b"authorization".replace(b"-", b"_"), OPTIN_BYTES,
-                                 OPTIN_BYTES.replace(b"-", b"_")})  # fmt: skip
 _second = (-1, "")
 _quote: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]  # JSON string, UTF-8
 
@@ -120,38 +176,113 @@ def _timestamp(ns: int) -> str:
     return f"{_second[1]}.{rest // 1000:06d}Z"
 
 
-def _credentials(name: bytes, value: bytes) -> set[str]:
-    """What a credential header carried: Authorization's whole value and each part (scheme and token); the
-    opt-in's secret (parsed, and anything after ``;`` should the value be malformed), never its format."""
-    text = value.decode("latin-1")
-    if name.replace(b"_", b"-") != OPTIN_BYTES:
-        return {v for v in (text.strip(), *(part for part in text.split() if len(part) >= 4)) if v}
-    if ";" not in text:
-        return set()
-    try:
-        secret = optin.parse([value]).secret
-    except optin.OptInError:
-        secret = None
-    return {v for v in (secret, text, *(part.strip().removeprefix("secret=") for part in text.split(";")[1:])) if v}
+def presented(authorization: bytes | None, opt_in: bytes | None) -> tuple[str, ...]:
+    """The credentials a client presented, as the server reads them: from the first ``Authorization`` the token
+    kube's ``request/bearertoken`` parsing takes (trimmed, split on single spaces into at most 3 parts: the scheme,
+    then the token; any scheme), and the opt-in's secret (parsed; should the value be malformed, what follows its
+    first ``;``). At most two values, whatever the client sends; each as the header's bytes read as Latin-1."""
+    found: list[str] = []
+    if authorization is not None:
+        parts = authorization.decode("latin-1").strip().split(" ", 2)
+        if len(parts) >= 2:
+            found.append(parts[1])
+    if opt_in is not None and b";" in opt_in:
+        try:
+            secret = optin.parse([opt_in]).secret
+        except optin.OptInError:
+            secret = opt_in.decode("latin-1").split(";", 1)[1].strip().removeprefix("secret=")
+        found.append(secret or "")
+    return tuple(v for v in found if len(v) >= MIN_PRESENTED)
+
+
+def _view(text: str) -> str:
+    """A string as the bytes a client would send for it, read as Latin-1 (what the URI and headers are)."""
+    return text if text.isascii() else text.encode("utf-8", "surrogatepass").decode("latin-1")
+
+
+def _fold(text: str) -> str:
+    """A space and ``+`` are one character to the matcher (``+`` is a space in a query)."""
+    return text.replace(" ", "+")
+
+
+_HEX = {a + b: chr(int(a + b, 16)) for a in "0123456789abcdefABCDEF" for b in "0123456789abcdefABCDEF"}
+
+
+def _decode(view: str) -> tuple[str, list[int]]:
+    """``view`` percent-decoded as ``urllib.parse.unquote_to_bytes`` does (a ``%`` not followed by two hex digits
+    stays), and the decoded index of each escape (to map a match back onto ``view``)."""
+    pieces = view.split("%")
+    out = [pieces[0]]
+    escapes: list[int] = []
+    at = len(pieces[0])
+    for piece in pieces[1:]:
+        char = _HEX.get(piece[:2])
+        if char is None:
+            out += ("%", piece)
+            at += 1 + len(piece)
+        else:
+            escapes.append(at)
+            out += (char, piece[2:])
+            at += len(piece) - 1
+    return "".join(out), escapes
 
 
 class Redactor:
-    """Replaces every known credential, raw or percent-encoded, in a string (the forms computed once)."""
+    """Replaces every configured credential, and the few a client presented, in any percent-encoding of it.
 
-    def __init__(self, values: Iterable[str] = (), forms: Iterable[str] = ()) -> None:
-        found = set(forms)
-        for value in values:
-            found |= {value, quote(value, safe=""), quote_plus(value, safe=""), quote(value)}
-        self.forms = sorted((f for f in found if f), key=len, reverse=True)  # longest first
+    One regular expression over the configured values, compiled once; each string is matched on its decoded form
+    (``_decode``, spaces folded to ``+``) and a match is redacted over the span of the original that spelled it.
+    ``searches`` counts the matcher's calls: per event, one per written string and value matched (the configured
+    set counts once), so a test can check the work per event does not grow with what a client sends."""
 
-    def plus(self, values: Iterable[str]) -> Redactor:
-        return Redactor(values, self.forms)
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        forms = {_fold(_view(v)) for v in values if v}
+        self.pattern = re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True)))) if forms else None
+        self.searches = 0
 
-    def __call__(self, text: str) -> str:
-        for form in self.forms:
-            if form in text:
-                text = text.replace(form, REDACTED)
-        return text
+    def __call__(self, text: str, presented: Iterable[str] = ()) -> str:
+        view = _view(text)
+        redacted = self.view(view, presented)
+        if redacted is view:
+            return text
+        try:
+            return redacted.encode("latin-1").decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            return redacted.encode("latin-1").decode("utf-8", "replace")
+
+    def view(self, view: str, presented: Iterable[str] = ()) -> str:
+        """Redact a Latin-1 view (a URI, a header value); ``view`` itself when nothing matched."""
+        decoded, escapes = _decode(view) if "%" in view else (view, [])
+        decoded = _fold(decoded)
+        spans: list[tuple[int, int]] = []
+        if self.pattern is not None:
+            self.searches += 1
+            spans += (m.span() for m in self.pattern.finditer(decoded))
+        for value in presented:
+            self.searches += 1
+            value = _fold(value)
+            start = decoded.find(value)
+            while start >= 0:
+                spans.append((start, start + len(value)))
+                start = decoded.find(value, start + len(value))
+        if not spans:
+            return view
+        out: list[str] = []
+        last = 0
+        for start, end in sorted(spans):
+            start, end = _raw(start, escapes), _raw(end, escapes)
+            if start < last:  # overlaps the previous match: one redaction covers both
+                last = max(last, end)
+                continue
+            out += (view[last:start], REDACTED)
+            last = end
+        out.append(view[last:])
+        return "".join(out)
+
+
+def _raw(index: int, escapes: list[int]) -> int:
+    """The index in the original of decoded ``index``: each escape before it took two characters more."""
+    return index + 2 * bisect.bisect_left(escapes, index)
 
 
 _PROXY_NAMES: dict[int, tuple[x509.Certificate, str]] = {}
@@ -227,41 +358,29 @@ def _user(user: UserInfo | None, redact: Callable[[str], str]) -> str:
 def line(record: AuditRecord, known: Redactor | Iterable[str] = (), audit_id: str | None = None) -> str:
     """The ``audit.k8s.io/v1`` Event of one answered request as one JSON line (no newline), its fields in the
     order of kube's struct; written directly, every string through json's own escaping (a third of the cost of
-    building a dict and encoding it). Pure but for a fresh auditID when neither ``audit_id`` nor the response
-    gives one."""
-    redact = known if isinstance(known, Redactor) else Redactor(known)
-    agent = None
-    forwarded: list[str] = []
-    real: list[str] = []
-    presented: set[str] = set()
-    for name, value in record.headers:
-        lowered = name.lower()
-        if lowered == _USER_AGENT:
-            agent = value if agent is None else agent
-        elif lowered in _CREDENTIAL_HEADERS:
-            presented |= _credentials(lowered, value)
-        elif lowered == _FORWARDED_FOR:
-            forwarded += value.decode("latin-1").split(",")
-        elif lowered == _REAL_IP:
-            real.append(value.decode("latin-1"))
-    if presented:
-        redact = redact.plus(presented)
-    scope = record.scope
-    query = scope.get("query_string", b"")
-    raw_path = scope.get("raw_path") or scope.get("path", "").encode("utf-8", "surrogateescape")
-    uri = (raw_path + b"?" + query if query else raw_path).decode("latin-1")
-    client = scope.get("client")
-    ips = _source_ips(forwarded, real, client[0] if client else None)
-    report, response_id = _response(record)
-    annotations = f'"{REASON}":"{record.decision.value}","{REPORT_ANNOTATION}":"{report}"'
+    building a dict and encoding it) and through the redactor. Pure but for a fresh auditID when neither
+    ``audit_id`` nor the response gives one."""
+    redactor = known if isinstance(known, Redactor) else Redactor(known)
+    given = record.presented
+
+    def redact(text: str) -> str:
+        return redactor(text, given)
+
+    uri = record.path.decode("latin-1") + ("?" + record.query.decode("latin-1") if record.query else "")
+    forwarded = [ip for value in record.forwarded for ip in value.decode("latin-1").split(",")]
+    ips = _source_ips(forwarded, [v.decode("latin-1") for v in record.real], record.client)
+    annotations = f'"{REASON}":"{record.decision.value}","{REPORT_ANNOTATION}":"{record.report}"'
     if record.front_proxy is not None and record.user is not None and record.user.name != ANONYMOUS:
         annotations += f',"{FRONT_PROXY}":{_quote(redact(_proxy_name(record.front_proxy)))}'
-    agent_field = f',"userAgent":{_quote(redact(agent.decode("utf-8", "replace")))}' if agent is not None else ""
-    identifier = audit_id or _response_id(response_id) or _audit_id()
+    agent_field = ""
+    if record.agent is not None:
+        agent = redactor.view(record.agent.decode("latin-1"), given).encode("latin-1").decode("utf-8", "replace")
+        agent_field = f',"userAgent":{_quote(agent)}'
+    identifier = audit_id or _response_id(record.audit_id) or _audit_id()
     return (
         f'{{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":{_quote(identifier)},'
-        f'"stage":"ResponseComplete","requestURI":{_quote(redact(uri))},'
-        f'"verb":{_quote(str(scope.get("method", "")).lower())},"user":{_user(record.user, redact)},'
+        f'"stage":"ResponseComplete","requestURI":{_quote(redactor.view(uri, given))},'
+        f'"verb":{_quote(record.method.lower())},"user":{_user(record.user, redact)},'
         f'"sourceIPs":[{",".join(map(_quote, ips))}]{agent_field},'
         f'"responseStatus":{{"metadata":{{}},"code":{int(record.status)}}},'
         f'"requestReceivedTimestamp":"{_timestamp(record.received)}",'
@@ -324,7 +443,13 @@ class RotatingFile:
 
 
 class AuditLog:
-    """The bounded queue and its writer thread. ``sink`` is a RotatingFile or any object with ``write(bytes)``."""
+    """The bounded queue and its writer thread. ``sink`` is a RotatingFile or any object with ``write(bytes)``.
+
+    The queue holds at most ``limit`` records and ``max_bytes`` of them (``AuditRecord.size``; a batch being
+    written still counts until it is written); an empty queue takes any one record. ``put`` is the request path's
+    door, by ``mode``: ``batch`` drops a record that does not fit (``dropped``, logged at most once per
+    DROP_LOG_INTERVAL); ``blocking`` and ``blocking-strict`` make the request await room, in arrival order.
+    ``submit`` never waits: it queues or drops."""
 
     def __init__(
         self,
@@ -332,50 +457,135 @@ class AuditLog:
         known: Callable[[], Iterable[str]] = tuple,
         limit: int = QUEUE_LIMIT,
         period: float = 0.05,
+        *,
+        max_bytes: int = QUEUE_BYTES,
+        mode: str = DEFAULT_MODE,
     ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"invalid audit log mode {mode}, allowed modes are {','.join(MODES)!r}")
         self.sink, self.known, self.limit, self.period = sink, known, limit, period
+        self.max_bytes, self.mode = max_bytes, mode
         self.queue: collections.deque[AuditRecord] = collections.deque()
+        self.queued_bytes = 0  # the queue's records and the batch being written
         self.written = self.dropped = self.write_errors = 0
-        self._broken = False  # the last write failed: the next one starts on a fresh line
+        self.broken = False  # the last write failed: the next one starts on a fresh line
         self._known: frozenset[str] = frozenset()
-        self._redactor = Redactor()
+        self.redactor = Redactor()  # the matcher of the configured credentials in force
+        self.redactors_built = 0
+        self._lock = threading.Lock()  # the queue and its bytes: the loop adds, the writer thread removes
+        self._waiters: collections.deque[tuple[asyncio.Future[None], AuditRecord]] = collections.deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drop_logged = -DROP_LOG_INTERVAL
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def submit(self, record: AuditRecord) -> None:
-        """Called on the event loop once per answered request: never blocks."""
-        if len(self.queue) >= self.limit:
-            self.dropped += 1
-        else:
-            self.queue.append(record)
+    @property
+    def waiting(self) -> int:
+        """Requests awaiting room (blocking modes)."""
+        return len(self._waiters)
 
-    def drain(self) -> int:
-        """Write every queued event (the writer thread calls it; tests may too). Returns how many."""
-        records = []
-        while self.queue:
-            records.append(self.queue.popleft())
-        if not records:
-            return 0
+    def _fits(self, size: int) -> bool:
+        return not self.queued_bytes or (len(self.queue) < self.limit and self.queued_bytes + size <= self.max_bytes)
+
+    def _append(self, record: AuditRecord) -> None:
+        self.queue.append(record)
+        self.queued_bytes += record.size
+
+    def submit(self, record: AuditRecord) -> bool:
+        """Queue ``record`` now or drop it (counted); never waits. Called on the event loop."""
+        record.charge_user()
+        with self._lock:
+            if not self._waiters and self._fits(record.size):
+                self._append(record)
+                return True
+        self._drop()
+        return False
+
+    async def put(self, record: AuditRecord) -> None:
+        """Queue ``record``: in ``batch`` mode as ``submit``; otherwise the caller awaits room, after every
+        earlier waiter (a waiter cancelled before its turn loses its record, counted as dropped)."""
+        if self.mode == BATCH:
+            self.submit(record)
+            return
+        record.charge_user()
+        with self._lock:
+            if not self._waiters and self._fits(record.size):
+                self._append(record)
+                return
+            self._loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = self._loop.create_future()
+            self._waiters.append((future, record))
+        try:
+            await future
+        except asyncio.CancelledError:
+            with self._lock:
+                waited = (future, record) in self._waiters
+                if waited:
+                    self._waiters.remove((future, record))
+            if waited:
+                self._drop()
+            raise
+
+    def _wake(self) -> None:
+        """On the loop, after the writer freed room: queue the waiters' records that now fit, in order."""
+        with self._lock:
+            while self._waiters and self._fits(self._waiters[0][1].size):
+                future, record = self._waiters.popleft()
+                self._append(record)
+                if not future.done():
+                    future.set_result(None)
+
+    def _drop(self) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._drop_logged >= DROP_LOG_INTERVAL:
+            self._drop_logged = now
+            log.warning("audit log: the queue is full; events are dropped (%d so far)", self.dropped)
+
+    def _redactor(self) -> Redactor:
         known = frozenset(self.known())
-        if known != self._known:
-            self._known, self._redactor = known, Redactor(known)
-        redactor = self._redactor
+        if known != self._known:  # a reload brought new values: the one matcher is rebuilt
+            self._known, self.redactor = known, Redactor(known)
+            self.redactors_built += 1
+        return self.redactor
+
+    def drain(self, batch: int = 256) -> int:
+        """Write every queued event, ``batch`` at a time (the writer thread calls it; tests may too). Returns how
+        many were written."""
+        done = 0
+        while True:
+            with self._lock:
+                records = [self.queue.popleft() for _ in range(min(batch, len(self.queue)))]
+            if not records:
+                return done
+            try:
+                done += self._write(records)
+            finally:
+                with self._lock:
+                    self.queued_bytes -= sum(r.size for r in records)
+                    loop = self._loop if self._waiters else None
+                if loop is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
+                        loop.call_soon_threadsafe(self._wake)
+
+    def _write(self, records: list[AuditRecord]) -> int:
+        redactor = self._redactor()
         lines = [(line(r, redactor) + "\n").encode("utf-8", "backslashreplace") for r in records]
         try:
             data = b"".join(lines)
-            self.sink.write((b"\n" + data) if self._broken else data)
+            self.sink.write((b"\n" + data) if self.broken else data)
             flush = getattr(self.sink, "flush", None)
             if flush is not None:
                 flush()
         except (OSError, ValueError) as error:
             self.write_errors += len(records)
-            if not self._broken:
+            if not self.broken:
                 log.warning("audit log: cannot write (%s); events are dropped until it can", _errno_text(error))
-            self._broken = True
+            self.broken = True
             return 0
-        if self._broken:
+        if self.broken:
             log.info("audit log: writing again")
-        self._broken = False
+        self.broken = False
         self.written += len(records)
         return len(records)
 
@@ -433,8 +643,20 @@ def open_sink(path: str, maxsize_mb: int, maxbackup: int) -> Any:
     return RotatingFile(Path(path), maxsize_mb * 1024 * 1024, maxbackup)
 
 
+_STORE_FAILED = b"Internal Server Error: failed to store audit event"  # kube's InternalError text
+
+
+def _final(message: Message, trailers: bool) -> bool:
+    """Whether ``message`` ends the response (its body, or its trailers when it announced some)."""
+    kind = message["type"]
+    if kind == "http.response.body":
+        return not trailers and not message.get("more_body", False)
+    return kind == "http.response.trailers" and not message.get("more_trailers", False)
+
+
 class AuditMiddleware:
-    """The outermost layer: one AuditRecord per HTTP request, submitted once the response is complete."""
+    """The outermost layer: one AuditRecord per HTTP request, queued as its response ends (in a blocking mode,
+    the response's last message waits for room in the queue)."""
 
     def __init__(self, app: ASGIApp, audit: AuditLog) -> None:
         self.app = app
@@ -444,17 +666,35 @@ class AuditMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        audit = self.audit
         record = AuditRecord(scope)
         scope[AUDIT_KEY] = record
+        if audit.mode == BLOCKING_STRICT and audit.broken:  # kube: a request whose event is not stored fails
+            await _refuse(send)
+            record.status, record.stage = 500, time.time_ns()
+            audit.submit(record)  # the writer tries the log again with it
+            return
+        queued = trailers = False
 
         async def audited(message: Message) -> None:
+            nonlocal queued, trailers
             if message["type"] == "http.response.start":
-                record.status = message["status"]
-                record.response = message.get("headers") or ()  # read by the writer thread
+                record.responded(message["status"], message.get("headers") or ())
+                trailers = bool(message.get("trailers", False))
+            elif not queued and _final(message, trailers):
+                queued, record.stage = True, time.time_ns()
+                await audit.put(record)  # blocking modes: the client waits here for room, before its response ends
             await send(message)
 
         try:
             await self.app(scope, receive, audited)
         finally:
-            record.stage = time.time_ns()
-            self.audit.submit(record)
+            if not queued:  # the response never ended (an error, a disconnect)
+                record.stage = time.time_ns()
+                await audit.put(record)
+
+
+async def _refuse(send: Send) -> None:
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"%d" % len(_STORE_FAILED))]
+    await send({"type": "http.response.start", "status": 500, "headers": headers})
+    await send({"type": "http.response.body", "body": _STORE_FAILED, "more_body": False})
