@@ -91,7 +91,7 @@ class Server:
         audit = None
         if config.audit.path:
             sink = open_sink(config.audit.path, config.audit.maxsize, config.audit.maxbackup)
-            audit = AuditLog(sink, KnownSecrets(lambda: reloader.material))
+            audit = AuditLog(sink, KnownSecrets(lambda: reloader.material), mode=config.audit.mode)
             if metrics is not None:
                 metrics.watch_audit(audit)
         if authentication is not None and (metrics is not None or audit is not None):

@@ -76,12 +76,24 @@ class _AuditCollector(Collector):
         a = self.audit
         yield CounterMetricFamily("secure_orca_audit_events_written", "Audit events written.", value=a.written)
         yield CounterMetricFamily(
-            "secure_orca_audit_events_dropped", "Audit events dropped: the queue was full.", value=a.dropped
+            "secure_orca_audit_events_dropped",
+            "Audit events dropped: the queue was full (batch mode), or a request waiting for room went away.",
+            value=a.dropped,
         )
         yield CounterMetricFamily(
             "secure_orca_audit_write_errors", "Audit events lost to write errors (a full disk).", value=a.write_errors
         )
         yield GaugeMetricFamily("secure_orca_audit_queue_length", "Audit events waiting.", value=len(a.queue))
+        yield GaugeMetricFamily(
+            "secure_orca_audit_queue_bytes",
+            "Bytes charged for the audit events queued or being written.",
+            value=a.queued_bytes,
+        )
+        yield GaugeMetricFamily(
+            "secure_orca_audit_requests_waiting",
+            "Requests awaiting room in the audit queue (blocking modes).",
+            value=a.waiting,
+        )
 
 
 class _OobCollector(Collector):

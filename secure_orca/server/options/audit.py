@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from secure_orca.server.audit import ALLOWED, DEFAULT_MODE, MODES
+
 
 @dataclass(frozen=True)
 class AuditConfig:
     path: str = ""  # --audit-log-path ('-': standard out; empty: no audit)
     maxsize: int = 100  # --audit-log-maxsize, MB
     maxbackup: int = 100  # --audit-log-maxbackup
+    mode: str = DEFAULT_MODE  # --audit-log-mode (kube's: blocking, blocking-strict, batch)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -22,16 +25,25 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
     a("--audit-log-maxsize", type=int, default=100, help="MB before the audit log is rotated; 0: never (default 100)")
     a("--audit-log-maxbackup", type=int, default=100, help="rotated audit logs to keep; 0 keeps all (default 100)")
+    a(
+        "--audit-log-mode",
+        default=DEFAULT_MODE,
+        help="blocking (default): a request whose event finds the queue full waits for room; blocking-strict: also "
+        "refuse requests (500) while the log cannot be written; batch: drop the event (counted)",
+    )
 
 
 def validate(args: argparse.Namespace) -> list[str]:
     """As kube's AuditOptions.Validate words it."""
-    return [
+    errors = [
         f"--audit-log-{flag} {getattr(args, f'audit_log_{flag}')} can't be a negative number"
         for flag in ("maxsize", "maxbackup")
         if getattr(args, f"audit_log_{flag}") < 0
     ]
+    if args.audit_log_mode not in MODES:  # validateBackendMode
+        errors.append(f"invalid audit log mode {args.audit_log_mode}, allowed modes are {ALLOWED}")
+    return errors
 
 
 def to_config(args: argparse.Namespace) -> AuditConfig:
-    return AuditConfig(args.audit_log_path, args.audit_log_maxsize, args.audit_log_maxbackup)
+    return AuditConfig(args.audit_log_path, args.audit_log_maxsize, args.audit_log_maxbackup, args.audit_log_mode)
