@@ -207,6 +207,17 @@ def test_negative_sizes_are_refused_as_kube(tmp_path: Path) -> None:
     assert run.returncode != 0 and "--audit-log-maxsize -1 can't be a negative number" in run.stderr
 
 
+def test_an_unknown_mode_is_refused_as_kube(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [*launch.serve_argv(pki.generate(tmp_path / "p"))[:3], "serve", "--audit-log-mode", "async"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    expected = 'invalid audit log mode async, allowed modes are "batch,blocking,blocking-strict"'
+    assert run.returncode != 0 and expected in run.stderr and "Traceback" not in run.stderr
+
+
 # --- live: a real serve writing its audit log ---------------------------------------------------------------
 
 

@@ -69,6 +69,7 @@ REDACTED = "[redacted]"
 DEFAULT_MAXSIZE_MB, DEFAULT_MAXBACKUP = 100, 100  # kube's defaults
 BATCH, BLOCKING, BLOCKING_STRICT = "batch", "blocking", "blocking-strict"
 MODES = (BATCH, BLOCKING, BLOCKING_STRICT)  # kube's AllowedModes
+ALLOWED = '"' + ",".join(MODES) + '"'  # as kube's validateBackendMode quotes them (%q)
 DEFAULT_MODE = BLOCKING  # kube's NewAuditOptions: the log backend's mode
 QUEUE_LIMIT = 10_000  # events (kube's defaultBatchBufferSize)
 QUEUE_BYTES = 16 * 1024 * 1024  # and bytes, charged as each record's ``size``
@@ -462,7 +463,7 @@ class AuditLog:
         mode: str = DEFAULT_MODE,
     ) -> None:
         if mode not in MODES:
-            raise ValueError(f"invalid audit log mode {mode}, allowed modes are {','.join(MODES)!r}")
+            raise ValueError(f"invalid audit log mode {mode}, allowed modes are {ALLOWED}")
         self.sink, self.known, self.limit, self.period = sink, known, limit, period
         self.max_bytes, self.mode = max_bytes, mode
         self.queue: collections.deque[AuditRecord] = collections.deque()
