@@ -117,8 +117,13 @@ class AuditRecord:
         self.agent: bytes | None = agent
         self.forwarded, self.real = forwarded, real
         self.presented = presented(authorization, opt_in)
-        kept = [self.method, self.path, self.query, *forwarded, *real, *self.presented]
-        self.size = RECORD_BYTES + sum(len(v) + ITEM_BYTES for v in kept) + (len(agent) + ITEM_BYTES if agent else 0)
+        size = RECORD_BYTES + len(self.method) + len(self.path) + len(self.query) + 3 * ITEM_BYTES
+        if agent is not None:
+            size += len(agent) + ITEM_BYTES
+        if forwarded or real or self.presented:
+            kept = [*forwarded, *real, *self.presented]
+            size += sum(map(len, kept)) + ITEM_BYTES * len(kept)
+        self.size = size
         self.stage = 0
         self.status = 0
         self.user: UserInfo | None = None
@@ -142,14 +147,12 @@ class AuditRecord:
         """Add the user's strings to ``size`` (the user is known once the request is answered)."""
         user = self.user
         if user is not None:
-            strings = [
-                user.name,
-                user.uid or "",
-                *user.groups,
-                *user.extra,
-                *(v for vs in user.extra.values() for v in vs),
-            ]
-            self.size += sum(len(v) + ITEM_BYTES for v in strings)
+            size = len(user.name) + len(user.uid or "") + 2 * ITEM_BYTES
+            if user.groups:
+                size += sum(map(len, user.groups)) + ITEM_BYTES * len(user.groups)
+            for key, values in user.extra.items():
+                size += len(key) + sum(map(len, values)) + ITEM_BYTES * (1 + len(values))
+            self.size += size
 
 
 def record_of(scope: Scope) -> AuditRecord | None:
@@ -209,6 +212,9 @@ def _fold(text: str) -> str:
 _HEX = {a + b: chr(int(a + b, 16)) for a in "0123456789abcdefABCDEF" for b in "0123456789abcdefABCDEF"}
 
 
+_NO_ESCAPES: list[int] = []
+
+
 def _decode(view: str) -> tuple[str, list[int]]:
     """``view`` percent-decoded as ``urllib.parse.unquote_to_bytes`` does (a ``%`` not followed by two hex digits
     stays), and the decoded index of each escape (to map a match back onto ``view``)."""
@@ -233,15 +239,13 @@ class Redactor:
 
     One regular expression over the configured values, compiled once; each string is matched on its decoded form
     (``_decode``, spaces folded to ``+``) and a match is redacted over the span of the original that spelled it.
-    ``searches`` counts the matcher's calls: per event, one per written string and value matched (the configured
-    set counts once), so a test can check the work per event does not grow with what a client sends."""
+    Per string: one search of the expression and one substring search per presented value (at most two)."""
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         forms = {_fold(_view(v)) for v in values if v}
         self.pattern = re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True)))) if forms else None
-        self.searches = 0
 
-    def __call__(self, text: str, presented: Iterable[str] = ()) -> str:
+    def __call__(self, text: str, presented: tuple[str, ...] = ()) -> str:
         view = _view(text)
         redacted = self.view(view, presented)
         if redacted is view:
@@ -251,16 +255,22 @@ class Redactor:
         except UnicodeDecodeError:
             return redacted.encode("latin-1").decode("utf-8", "replace")
 
-    def view(self, view: str, presented: Iterable[str] = ()) -> str:
+    def view(self, view: str, presented: tuple[str, ...] = ()) -> str:
         """Redact a Latin-1 view (a URI, a header value); ``view`` itself when nothing matched."""
-        decoded, escapes = _decode(view) if "%" in view else (view, [])
-        decoded = _fold(decoded)
-        spans: list[tuple[int, int]] = []
-        if self.pattern is not None:
-            self.searches += 1
-            spans += (m.span() for m in self.pattern.finditer(decoded))
+        if "%" in view:
+            decoded, escapes = _decode(view)
+        else:
+            decoded, escapes = view, _NO_ESCAPES
+        if " " in decoded:
+            decoded = decoded.replace(" ", "+")  # ``_fold``
+        pattern = self.pattern
+        first = pattern.search(decoded) if pattern is not None else None
+        if first is None and not presented:
+            return view
+        spans = []
+        if pattern is not None and first is not None:
+            spans = [m.span() for m in pattern.finditer(decoded, first.start())]
         for value in presented:
-            self.searches += 1
             value = _fold(value)
             start = decoded.find(value)
             while start >= 0:
@@ -502,15 +512,29 @@ class AuditLog:
         self._drop()
         return False
 
-    async def put(self, record: AuditRecord) -> None:
-        """Queue ``record``: in ``batch`` mode as ``submit``; otherwise the caller awaits room, after every
-        earlier waiter (a waiter cancelled before its turn loses its record, counted as dropped)."""
-        if self.mode == BATCH:
-            self.submit(record)
-            return
+    def offer(self, record: AuditRecord) -> bool:
+        """Queue ``record`` if it fits (True); in ``batch`` mode drop it if not (True: done); False: the caller
+        must ``put`` it (a blocking mode and no room)."""
         record.charge_user()
         with self._lock:
             if not self._waiters and self._fits(record.size):
+                self._append(record)
+                return True
+        if self.mode == BATCH:
+            self._drop()
+            return True
+        return False
+
+    async def put(self, record: AuditRecord) -> None:
+        """Queue ``record``: in ``batch`` mode as ``submit``; otherwise the caller awaits room, after every
+        earlier waiter (a waiter cancelled before its turn loses its record, counted as dropped)."""
+        if not self.offer(record):
+            await self.wait(record)
+
+    async def wait(self, record: AuditRecord) -> None:
+        """After ``offer`` returned False: await room for ``record`` (charged already)."""
+        with self._lock:
+            if not self._waiters and self._fits(record.size):  # the writer freed room meanwhile
                 self._append(record)
                 return
             self._loop = asyncio.get_running_loop()
@@ -684,7 +708,8 @@ class AuditMiddleware:
                 trailers = bool(message.get("trailers", False))
             elif not queued and _final(message, trailers):
                 queued, record.stage = True, time.time_ns()
-                await audit.put(record)  # blocking modes: the client waits here for room, before its response ends
+                if not audit.offer(record):
+                    await audit.wait(record)  # blocking modes: the client waits for room, before its response ends
             await send(message)
 
         try:
@@ -692,7 +717,8 @@ class AuditMiddleware:
         finally:
             if not queued:  # the response never ended (an error, a disconnect)
                 record.stage = time.time_ns()
-                await audit.put(record)
+                if not audit.offer(record):
+                    await audit.wait(record)
 
 
 async def _refuse(send: Send) -> None:
