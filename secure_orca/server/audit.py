@@ -246,6 +246,8 @@ class Redactor:
         self.pattern = re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True)))) if forms else None
 
     def __call__(self, text: str, presented: tuple[str, ...] = ()) -> str:
+        if not presented and text.isascii() and "%" not in text and " " not in text:  # the common case
+            return text if self.pattern is None or self.pattern.search(text) is None else self.view(text)
         view = _view(text)
         redacted = self.view(view, presented)
         if redacted is view:
@@ -257,13 +259,16 @@ class Redactor:
 
     def view(self, view: str, presented: tuple[str, ...] = ()) -> str:
         """Redact a Latin-1 view (a URI, a header value); ``view`` itself when nothing matched."""
+        pattern = self.pattern
+        plain = not presented and "%" not in view and " " not in view
+        if plain and (pattern is None or pattern.search(view) is None):  # the common case: one search
+            return view
         if "%" in view:
             decoded, escapes = _decode(view)
         else:
             decoded, escapes = view, _NO_ESCAPES
         if " " in decoded:
             decoded = decoded.replace(" ", "+")  # ``_fold``
-        pattern = self.pattern
         first = pattern.search(decoded) if pattern is not None else None
         if first is None and not presented:
             return view
@@ -374,8 +379,10 @@ def line(record: AuditRecord, known: Redactor | Iterable[str] = (), audit_id: st
     redactor = known if isinstance(known, Redactor) else Redactor(known)
     given = record.presented
 
-    def redact(text: str) -> str:
+    def redact_given(text: str) -> str:
         return redactor(text, given)
+
+    redact: Callable[[str], str] = redact_given if given else redactor
 
     uri = record.path.decode("latin-1") + ("?" + record.query.decode("latin-1") if record.query else "")
     forwarded = [ip for value in record.forwarded for ip in value.decode("latin-1").split(",")]
