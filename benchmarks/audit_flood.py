@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.common import process_cpu
-from secure_orca import pki
+from secure_orca.credentials import devpki
 from secure_orca.lab import loadgen
 from secure_orca.lab import replicas as launch
 
@@ -118,7 +118,7 @@ def measure(replica: launch.Replica, metrics: str, ca: Path, requests: int, samp
 def run(
     workdir: Path, rounds: int, requests: int, samples: int, extra: Sequence[str], audited: bool = True
 ) -> list[dict[str, float]]:
-    dev = pki.generate(workdir / "pki")
+    dev = devpki.generate(workdir / "pki")
     metrics = f"127.0.0.1:{launch.free_port()}"
     log = workdir / "audit" / "audit.log"
     flags = ["--metrics-bind-address", metrics, *extra]

@@ -209,7 +209,7 @@ def test_negative_sizes_are_refused_as_kube(tmp_path: Path) -> None:
 
 def test_an_unknown_mode_is_refused_as_kube(tmp_path: Path) -> None:
     run = subprocess.run(
-        [*launch.serve_argv(pki.generate(tmp_path / "p"))[:3], "serve", "--audit-log-mode", "async"],
+        [*launch.serve_argv(devpki.generate(tmp_path / "p"))[:3], "serve", "--audit-log-mode", "async"],
         capture_output=True,
         text=True,
         timeout=30,
