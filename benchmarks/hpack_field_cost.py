@@ -74,7 +74,7 @@ def _child(marks_path: str) -> None:
     carrying = IndexedEncoder()
 
     def carried() -> bytes:
-        carrying.carried = REPORT[1]  # as server/adapter.encode_headers hands it over
+        carrying.carried = REPORT[1]  # as server/http/connection.py hands it over
         return carrying.encode(base())
 
     cases["indexed encode: report carried"] = carried

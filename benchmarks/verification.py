@@ -5,7 +5,7 @@ TLS handshake, and what 15 crafted chains from one client do to another client's
 
 1. CPU (this thread's, ``time.thread_time_ns``; median of the repeats) of ``ChainCache.compute`` (a connection's
    cache miss: PEM to DER, parse, verify) for the worst shapes a client can present, divided by the server side of
-   one full TLS 1.3 handshake with a client certificate (in process, memory BIOs, ``adapter.make_server_context``,
+   one full TLS 1.3 handshake with a client certificate (in process, memory BIOs, ``http.tls.make_server_context``,
    OpenSSL's default key share X25519). Target: every ratio <= 1.
 3. Our share of a new connection presenting the front-proxy certificate: instructions (callgrind) of the server's
    middlewares on a connection's first request, with and without the certificate.
@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from secure_orca import pki
 from secure_orca.credentials import devpki
 from secure_orca.credentials.kinds import KeyPair
-from secure_orca.server.adapter import make_server_context
+from secure_orca.server.http.tls import make_server_context
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier
 from secure_orca.x509.verify import MAX_VERIFICATION_COST
@@ -179,8 +179,8 @@ def connection_work(mode: str, count: int) -> None:
     from secure_orca.authz.authority import Authority
     from secure_orca.authz.memo import ConnectionMemo
     from secure_orca.authz.policy import Mode, Policy
-    from secure_orca.server.adapter import subject_name
     from secure_orca.server.authentication import AuthenticationConfig, AuthenticationMiddleware
+    from secure_orca.server.http.tls import subject_name
     from secure_orca.server.middleware import LoadReportMiddleware
     from secure_orca.server.sampler import Sampler
     from secure_orca.server.trust import CONNECTION_KEY, TrustService

@@ -19,7 +19,7 @@ from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStr
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from secure_orca.server.adapter import MAX_STREAM_ID
+from secure_orca.server.http.rotation import MAX_STREAM_ID
 
 from .conftest import fp_flags
 

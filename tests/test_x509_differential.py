@@ -28,7 +28,7 @@ from secure_orca.credentials.files import FileContent
 from secure_orca.credentials.loader import read_key_pair
 from secure_orca.errors import CredentialError
 from secure_orca.lab import replicas as launch
-from secure_orca.server.adapter import make_server_context, tls_extension
+from secure_orca.server.http.tls import make_server_context, tls_extension
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier
 from tests import gohelpers, x509corpus
@@ -57,7 +57,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     ),
 }
 
-# Chains kube grants that OpenSSL's handshake (server/adapter.py's context) refuses: no verify flag changes
+# Chains kube grants that OpenSSL's handshake (server/http/tls.py's context) refuses: no verify flag changes
 # these, so the front proxy's connection fails before any request is decided.
 HANDSHAKE_KNOWN: dict[str, str] = {
     "eku/leaf-any": "OpenSSL's sslclient purpose does not count anyExtendedKeyUsage as clientAuth",
@@ -203,7 +203,7 @@ def _pump(
 
 def served(case: Case, server: ssl.SSLObject) -> Verdict:
     """After an accepted handshake, the decision along the server's own path: the ASGI TLS extension from the
-    connection (adapter.tls_extension), then the per-connection chain cache."""
+    connection (http.tls.tls_extension), then the per-connection chain cache."""
     roots = bundle_of(case)
     tls = tls_extension(server)
     assert tls is not None

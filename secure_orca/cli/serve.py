@@ -22,9 +22,9 @@ from secure_orca.addresses import is_loopback
 from secure_orca.credentials import devpki
 from secure_orca.errors import UsageError
 from secure_orca.server import options
-from secure_orca.server.adapter import bind_address
 from secure_orca.server.assembly import Server
 from secure_orca.server.config import build_config
+from secure_orca.server.http.serve import bind_address
 from secure_orca.server.metrics import parse_address
 from secure_orca.server.options import serving
 

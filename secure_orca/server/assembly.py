@@ -13,11 +13,12 @@ from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.credentials import loader
 from secure_orca.credentials.loader import Material
 from secure_orca.server import demo
-from secure_orca.server.adapter import ServerOptions, make_server_context, serve
 from secure_orca.server.asgi import ASGIApp, BodyDeadline, Scope
 from secure_orca.server.audit import AuditLog, AuditMiddleware, KnownSecrets, open_sink, record_of
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
+from secure_orca.server.http.serve import ServerOptions, serve
+from secure_orca.server.http.tls import make_server_context
 from secure_orca.server.metrics import Metrics
 from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.oob import OobService
@@ -100,7 +101,7 @@ class Server:
 
     @property
     def entry(self) -> ASGIApp:
-        """The application the adapter serves: the out-of-band service in front of the app, and the audit layer
+        """The application ``server/http`` serves: the out-of-band service in front of the app, and the audit layer
         outermost when auditing."""
         served: ASGIApp = self.oob or self.app
         return AuditMiddleware(served, self.audit) if self.audit is not None else served

@@ -8,7 +8,7 @@ own deque, the number of the newest insertion of each field and of each name, so
 returns exactly the index hpack's scan returns: the bytes on the wire are hpack's, byte for byte
 (``tests/test_h2_headers.py`` encodes random header sequences with both and compares).
 
-``IndexedEncoder`` appends the carried report (``adapter.encode_headers`` takes it out of h2's way once
+``IndexedEncoder`` appends the carried report (``http.connection.GatewayH2Connection`` takes it out of h2's way once
 ``passes_unchanged`` says h2 would pass it unchanged): one indexed byte while the table holds it, else a literal whose
 Huffman coding is kept per value for the whole process (every connection sends the same value until the next
 sample; only report values are kept, so a per-response value such as ``audit-id`` never fills the cache).
@@ -193,6 +193,19 @@ class IndexedEncoder(Encoder):
         if table.dynamic_entries:  # (an entry larger than the whole table empties it instead)
             self._last_value, self._last_offset = value, _DYNAMIC_BASE - table.added
         return prefix + coded
+
+
+def indexed_encoder(encoder: Encoder) -> Encoder:
+    """An ``IndexedEncoder`` in the state of h2's fresh ``encoder`` (its table size and any size change still
+    pending); ``encoder`` itself once it has encoded a block or is not hpack's, for the peer's decoder mirrors the
+    table from the first block and a swapped encoder would desynchronise it."""
+    if type(encoder) is not Encoder or encoder.header_table.dynamic_entries:
+        return encoder
+    indexed = IndexedEncoder()
+    indexed.header_table_size = encoder.header_table_size
+    indexed.header_table.resized = encoder.header_table.resized
+    indexed.table_size_changes = list(encoder.table_size_changes)
+    return indexed
 
 
 def passes_unchanged(field: tuple[bytes, bytes], config: H2Configuration) -> bool:

@@ -3,8 +3,9 @@
 For every HTTP request it removes the opt-in header before the application (or a proxied backend) sees it,
 removes ``endpoint-load-metrics`` and ``endpoint-load-metrics-bin`` from whatever the application returns
 (headers and trailers), and puts the sampler's cached header tuple first among the response's headers only
-when the feature is on and the policy grants it (first, so the server's HTTP/2 adapter finds it at once:
-``adapter.encode_headers``). The client identity comes from the ASGI TLS extension, ``scope["extensions"]["tls"]``.
+when the feature is on and the policy grants it (first, so the server's HTTP/2 connection finds it at once:
+``http.connection.GatewayH2Connection``). The client identity comes from the ASGI TLS extension,
+``scope["extensions"]["tls"]``.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ class LoadReportMiddleware:
                     if self.on_stripped is not None:
                         self.on_stripped(removed)
                     message = dict(message, headers=kept if attach is None else [attach, *kept])
-                elif attach is not None:  # first: the server's HTTP/2 adapter finds it there (carry_report)
+                elif attach is not None:  # first: the server's HTTP/2 connection finds it there (send_headers)
                     message = dict(message, headers=[attach, *headers])
             await send(message)
 

@@ -13,7 +13,7 @@ certificate and in total, with a share only the front proxy may use; a stream's 
 anything more is sent on it. A stream whose report has not left the server within the write deadline (its
 reader announced no flow-control window, or stopped reading) is reset. Reports never queue behind an unread one.
 A stream that must end while bytes are still unsent (withdrawn, expired, rotated, shut down, stuck) is reset at
-once (RST_STREAM CANCEL, through the adapter's ``StreamControl``): a status trailer would wait behind those bytes.
+once (RST_STREAM CANCEL, through server/http's ``StreamControl``): a status trailer would wait behind those bytes.
 A stream with nothing unsent ends with its status trailer, which is sent without waiting.
 """
 
@@ -36,8 +36,9 @@ from secure_orca.authz.streams import Full, Kind, Limits, Slot, Slots, WriteDead
 from secure_orca.orca import oob
 from secure_orca.orca.oob import GrpcError, Status
 from secure_orca.orca.report import LoadReport
-from secure_orca.server.adapter import ROTATION_KEY, STREAM_CONTROL_KEY, StreamControl
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond
+from secure_orca.server.http.control import STREAM_CONTROL_KEY, StreamControl
+from secure_orca.server.http.rotation import ROTATION_KEY
 from secure_orca.server.sampler import Sampler
 from secure_orca.server.trust import CONNECTION_KEY, TrustService, now_us, peer
 
@@ -201,7 +202,7 @@ class OobService:
 
     async def _trailers_only(self, send: Send, status: Status, message: str, kind: str, reason: str) -> None:
         self.stats.refused[(kind, status.name, reason)] += 1
-        headers = [*oob.status_trailers(status, message), *oob.RESPONSE_HEADERS]  # grpc-status first: adapter
+        headers = [*oob.status_trailers(status, message), *oob.RESPONSE_HEADERS]  # grpc-status first: trailers-only
         await send({"type": "http.response.trailers", "headers": headers, "more_trailers": False})
 
     def _current_frame(self) -> bytes:
@@ -319,7 +320,7 @@ def _certificate(extensions: Scope) -> str:
 
 
 async def _unsent(control: StreamControl | None, scope: Scope) -> int:
-    """Bytes of the stream the server still holds unsent (0 without the adapter's control: in-process tests)."""
+    """Bytes of the stream the server still holds unsent (0 without server/http's control: in-process tests)."""
     unsent = await control.unsent(scope) if control is not None else None
     return unsent or 0
 

@@ -1,6 +1,7 @@
-"""Attacks on the carried report (server/adapter.encode_headers): the report field skips h2's per-field work
-and is appended by the encoder, so it must land on exactly the response it was attached to, never on another
-stream of the connection, and only when h2 would have passed it unchanged."""
+"""Attacks on the carried report (``server/http/connection.py``, ``GatewayH2Connection.send_headers``): the
+report field skips h2's per-field work and is appended by the encoder, so it must land on exactly the response
+it was attached to, never on another stream of the connection, and only when h2 would have passed it
+unchanged."""
 
 from __future__ import annotations
 
@@ -17,17 +18,17 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from secure_orca.server.adapter import encode_headers
+from secure_orca.server.h2_headers import indexed_encoder
+from secure_orca.server.http.connection import GatewayH2Connection
 
 REPORT = b"endpoint-load-metrics"
 FIELD = (REPORT, b"TEXT cpu_utilization=0.25, mem_utilization=0.5, rps_fractional=10")
 
 
 def connected() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
-    """A server connection with the adapter's header encoding and a real h2 client, joined in memory."""
-    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+    """A server connection with the gateway's header encoding and a real h2 client, joined in memory."""
+    server = GatewayH2Connection()
     client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-    encode_headers(server)
     client.initiate_connection()
     server.initiate_connection()
     server.receive_data(client.data_to_send())
@@ -110,16 +111,15 @@ def test_an_encoder_that_has_sent_blocks_is_never_replaced() -> None:
     used = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
     used.encoder.encode([(b"x-entry", b"1")])
     before = used.encoder
-    encode_headers(used)
-    assert used.encoder is before
+    assert indexed_encoder(used.encoder) is before
     for sizes in ([256], [256, 4096]):  # pending size updates (RFC 7541 6.3), even one back to the default
         fresh = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
         reference = hpack.Encoder()
         for size in sizes:
             fresh.encoder.header_table_size = reference.header_table_size = size
-        encode_headers(fresh)
-        assert type(fresh.encoder) is not hpack.Encoder
-        assert fresh.encoder.encode([(b"x-entry", b"1")]) == reference.encode([(b"x-entry", b"1")])
+        encoder = indexed_encoder(fresh.encoder)
+        assert type(encoder) is not hpack.Encoder
+        assert encoder.encode([(b"x-entry", b"1")]) == reference.encode([(b"x-entry", b"1")])
 
 
 def test_over_a_real_connection_only_granted_requests_see_the_report(

@@ -124,7 +124,7 @@ def test_a_stuck_read_never_blocks_the_loop_nor_doubles(dev_pki: pki.DevPKI, mon
     from secure_orca.authz.policy import Policy
     from secure_orca.credentials import loader
     from secure_orca.server import reload
-    from secure_orca.server.adapter import make_server_context
+    from secure_orca.server.http.tls import make_server_context
     from secure_orca.server.trust import TrustService
 
     files = loader.CredentialFiles(cert=dev_pki.cert("server"), key=dev_pki.key("server"))
