@@ -23,6 +23,7 @@ import importlib.metadata
 import inspect
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import h2.connection
 import pytest
@@ -229,3 +230,18 @@ def test_what_stream_control_relies_on() -> None:
     sender = inspect.getsource(H2Protocol._send_data)
     assert "h2.exceptions.StreamClosedError" in sender and "del self.stream_buffers[stream_id]" in sender
     assert "self.priority = priority.PriorityTree()" in inspect.getsource(H2Protocol.__init__)
+
+
+def test_no_method_is_replaced_on_an_instance() -> None:
+    """The package subclasses: it never patches an object hypercorn or h2 built (a method set on an instance, a
+    class swapped) and never reaches an object through a bound method."""
+    import secure_orca
+
+    patching = re.compile(r"__dict__\[|setattr\(|method-assign|__self__|__class__ =")
+    found = [
+        f"{path.name}:{number}"
+        for path in sorted((Path(secure_orca.__file__).parent / "server").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if patching.search(line)
+    ]
+    assert found == []
