@@ -199,7 +199,7 @@ class GatewayTCPServer(TCPServer):
 
     def _h2(self) -> GatewayH2Protocol | None:
         """The connection's HTTP/2 protocol, or None (HTTP/1.1, or not started yet)."""
-        protocol = self.__dict__.get("protocol")  # set by run once the connection starts
+        protocol = getattr(self, "protocol", None)  # set by run once the connection starts
         return protocol if isinstance(protocol, GatewayH2Protocol) else None
 
     async def _send_raw(self, data: bytes) -> None:
