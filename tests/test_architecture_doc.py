@@ -30,15 +30,18 @@ def modules() -> list[str]:
 def called_pure() -> set[str]:
     """Every module (or package) the tree calls pure, as a dotted name."""
     out: set[str] = set()
-    package = ""
+    package = prefix = ""
     for line in TREE.splitlines():
         top = re.match(r"^  (\w+)(/|\.py)\s", line)
         if top:
-            package = f"secure_orca.{top.group(1)}"
+            package = prefix = f"secure_orca.{top.group(1)}"
             if re.match(r"^  \w+(/|\.py)\s+pure", line):
                 out.add(package)
-        for stem in re.findall(r"\b(\w+) \(pure", line):
-            out.add(f"{package}.{stem}")
+        for sub, stem in re.findall(r"\b(\w+)/:|\b(\w+) \(pure", line):
+            if sub:  # "http/: ..." names the modules of a subpackage from here to the next package
+                prefix = f"{package}.{sub}"
+            else:
+                out.add(f"{prefix}.{stem}")
     return out
 
 
