@@ -29,6 +29,7 @@ from secure_orca.lab.loadgen import Identity, Load, LoadResult
 from secure_orca.orca.headers import REPORT as REPORT_HEADER
 from secure_orca.server import assembly
 from secure_orca.server.config import build_config
+from secure_orca.server.sampler import parse_stat_cpu
 
 HOST = "127.0.0.1"
 PATH = "/healthz"  # the cheapest route of the demo backend: the feature's share of a request is largest here
@@ -160,8 +161,13 @@ def report_attached(url: str, identity: Identity, ca: Path) -> bool:
 def process_cpu(pid: int) -> float:
     """utime + stime of a process in seconds, from its own accounting in /proc/<pid>/stat (fields 14, 15)."""
     with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+        return parse_stat_cpu(handle.read(), CLOCK_TICK)
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its live children (a supervisor and its workers)."""
+    children = [int(word) for word in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return sum(process_cpu(p) for p in (pid, *children))
 
 
 # ---- h2load -----------------------------------------------------------------------------------------------

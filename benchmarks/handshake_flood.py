@@ -30,14 +30,18 @@ ATTACKERS = 40
 PAUSE = 0.2  # seconds between bursts
 
 
-def victim(replica: launch.Replica, ca: Path, requests: int) -> list[float]:
+def victim(replica: launch.Replica, ca: Path, requests: int, pace: float = 0.0) -> list[float]:
+    """REQUESTS GET /healthz on one kept-alive connection: back to back, or one every ``pace`` seconds with each
+    latency taken from the request's scheduled time (a stall then counts for every request it delays)."""
     context = ssl.create_default_context(cafile=str(ca))
     context.set_alpn_protocols(["http/1.1"])
     latencies = []
     with context.wrap_socket(socket.create_connection((replica.host, replica.port)), server_hostname="localhost") as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for _ in range(requests):
-            started = time.perf_counter()
+        start = time.perf_counter()
+        for i in range(requests):
+            started = start + i * pace if pace else time.perf_counter()
+            time.sleep(max(0.0, started - time.perf_counter()))
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             data = b""
             while not data.endswith(b"ok"):  # the demo's /healthz body

@@ -38,7 +38,7 @@ def test_the_documented_kubectl_session(tmp_path: Path) -> None:
     serve = [sys.executable, "-m", "secure_orca", "serve", "--secure-port", str(port), "--certs-dir", str(certs)]
     process = launch.start_process("serve", [*serve, "--token-auth-file", str(certs / "tokens.csv")])
     try:
-        launch.wait_for(process, launch._READY)
+        launch.wait_for(process, launch.READY)
 
         def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
             return _run(tmp_path, str(KUBECTL), "--kubeconfig", "certs/kubeconfig", *args)
@@ -68,7 +68,7 @@ def test_serve_first_in_an_empty_directory_then_the_readmes_kubectl(tmp_path: Pa
     serve = [sys.executable, "-m", "secure_orca", "serve", "--secure-port", str(port)]
     process = launch.start_process("serve", serve, cwd=tmp_path)
     try:
-        launch.wait_for(process, launch._READY)
+        launch.wait_for(process, launch.READY)
         kubectl = [str(KUBECTL), "--kubeconfig", "certs/kubeconfig"]
         tour = _run(tmp_path, *kubectl, "auth", "whoami")
         assert tour.returncode == 0, tour.stderr

@@ -253,10 +253,13 @@ def wait_for_weights(proxy: lb.Envoy, seconds: float = 8.0) -> list[float]:
     return weights
 
 
-def test_weights_follow_reports_and_loaded_replica_gets_less(dev_pki: pki.DevPKI) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_weights_follow_reports_and_loaded_replica_gets_less(dev_pki: pki.DevPKI, workers: str) -> None:
     """Two replicas, one with heavy direct CPU load: Envoy's weights follow rps_fractional / cpu_utilization
-    of the replicas' own reports, and the loaded replica's share falls below round robin's 1/2."""
-    with lb.deployment(dev_pki, replicas_for(dev_pki, "front-proxy,shared-secret", 2), timing=envoy.TEST_TIMING) as d:
+    of the replicas' own reports, and the loaded replica's share falls below round robin's 1/2; the same with
+    each replica served by two workers (one report per replica)."""
+    argvs = replicas_for(dev_pki, "front-proxy,shared-secret", 2, "--workers", workers)
+    with lb.deployment(dev_pki, argvs, timing=envoy.TEST_TIMING) as d:
         hot, cold = d.replicas
         with hot_load(hot, seconds=20):
             lb_traffic(d.envoy, 120)  # blackout period and first weights (3 s)
@@ -381,14 +384,15 @@ def oob_stats(proxy: lb.Envoy) -> dict[str, float]:
     return {k.removeprefix(prefix): v for k, v in proxy.stats(r"lb_orca_oob\.").items()}
 
 
-def test_out_of_band_weights_from_streams_alone(dev_pki: pki.DevPKI) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_out_of_band_weights_from_streams_alone(dev_pki: pki.DevPKI, workers: str) -> None:
     """No request carries an opt-in and no response a report: Envoy's weights come from one StreamCoreMetrics
     stream per replica (lb_orca_oob: two sessions, reports, no errors while traffic flows), the loaded
     replica's is lower, and clients see no ORCA header. Before any traffic a replica reports rps_fractional 0,
     from which CSWRR computes no weight and counts a report error ("QPS must be positive"): those are counted
     before the measured window, not in it."""
     settings: dict[str, Any] = {"option": "load-reader", "oob_period": OOB_PERIOD, "timing": envoy.TEST_TIMING}
-    with lb.deployment(dev_pki, oob_replicas(dev_pki, 2), **settings) as d:
+    with lb.deployment(dev_pki, oob_replicas(dev_pki, 2, "--workers", workers), **settings) as d:
         hot, cold = d.replicas
         with hot_load(hot, seconds=20):
             lb_traffic(d.envoy, requests=120)

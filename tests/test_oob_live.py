@@ -13,7 +13,6 @@ import grpc
 import httpx
 import pytest
 from xds.data.orca.v3 import orca_load_report_pb2
-from xds.service.orca.v3 import orca_pb2
 
 from secure_orca import pki
 from secure_orca.lab import launcher as lb
@@ -21,6 +20,7 @@ from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
 from secure_orca.orca.headers import REPORT, REPORT_BIN
 from tests.conftest import ClientCert, load_issued
+from tests.oobcalls import ask, channel, ended, stream_core_metrics
 
 FLOOR = 0.2  # --endpoint-load-metrics-oob-min-interval of the replicas here
 
@@ -45,34 +45,8 @@ def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
         yield started
 
 
-def channel(
-    replica: launch.Replica, dev: pki.DevPKI, cert: Path | None = None, key: Path | None = None
-) -> grpc.Channel:
-    credentials = grpc.ssl_channel_credentials(
-        dev.cert("ca").read_bytes(), key.read_bytes() if key else None, cert.read_bytes() if cert else None
-    )
-    return grpc.secure_channel(
-        f"{replica.host}:{replica.port}", credentials, options=[("grpc.ssl_target_name_override", "localhost")]
-    )
-
-
 def role(dev: pki.DevPKI, name: str) -> tuple[Path, Path]:
     return dev.cert(name), dev.key(name)
-
-
-def stream_core_metrics(ch: grpc.Channel):
-    """``OpenRcaServiceStub(ch).StreamCoreMetrics``: what protoc's grpc plugin generates for the method."""
-    return ch.unary_stream(
-        oob.PATH,
-        request_serializer=orca_pb2.OrcaLoadReportRequest.SerializeToString,
-        response_deserializer=orca_load_report_pb2.OrcaLoadReport.FromString,
-    )
-
-
-def ask(interval: float) -> orca_pb2.OrcaLoadReportRequest:
-    request = orca_pb2.OrcaLoadReportRequest()
-    request.report_interval.FromNanoseconds(int(interval * 1e9))
-    return request
 
 
 def collect(call, count: int) -> list[orca_load_report_pb2.OrcaLoadReport]:
@@ -209,12 +183,3 @@ def test_revocation_rotation_and_shutdown_end_streams_with_a_status(dev_pki: pki
             next(call)
             started.process.popen.send_signal(signal.SIGTERM)
             assert ended(call) == (grpc.StatusCode.UNAVAILABLE, "server shutting down")
-
-
-def ended(call) -> tuple[grpc.StatusCode, str]:
-    """Read the stream to its end; its status and message (a cut stream is UNKNOWN, or UNAVAILABLE with the
-    transport's words, never ours)."""
-    with pytest.raises(grpc.RpcError) as error:
-        for _ in call:
-            pass
-    return error.value.code(), error.value.details()

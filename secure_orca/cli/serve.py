@@ -16,6 +16,11 @@ import asyncio
 import errno
 import logging
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from prometheus_client import generate_latest
 
 from secure_orca import pki
 from secure_orca.addresses import is_loopback
@@ -23,10 +28,15 @@ from secure_orca.credentials import devpki
 from secure_orca.errors import UsageError
 from secure_orca.server import options
 from secure_orca.server.assembly import Server
-from secure_orca.server.config import build_config
+from secure_orca.server.config import ServeConfig, build_config
 from secure_orca.server.http.serve import bind_address
+from secure_orca.server.listener import listen
 from secure_orca.server.metrics import parse_address
 from secure_orca.server.options import serving
+from secure_orca.workers.board import Board
+from secure_orca.workers.metrics import metrics_server
+from secure_orca.workers.sampling import WorkerSampler
+from secure_orca.workers.supervisor import Supervisor, default_workers
 
 log = logging.getLogger("secure_orca.serve")
 
@@ -60,9 +70,12 @@ def dev_pki(args: argparse.Namespace) -> pki.DevPKI | None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="secure-orca: %(levelname)s: %(message)s")
     config = build_config(args, dev_pki(args))
+    workers = _workers(config)
     for note in config.notes:
         (log.warning if note.startswith("WARNING") else log.info)(note.removeprefix("WARNING: "))
-    server = Server.assemble(config, verbose=args.verbose)
+    metrics = config.load_metrics
+    sampler = WorkerSampler(Board(workers), metrics.interval, metrics.decimals) if workers > 1 else None
+    server = Server.assemble(config, verbose=args.verbose, sampler=sampler)
     log.info(
         "load metrics %s; modes: %s",
         "on" if config.load_metrics.enabled else "off",
@@ -80,9 +93,16 @@ def run(args: argparse.Namespace) -> int:
             config.oob.limits.front_proxy_share,
             config.oob.write_deadline,
         )
+    supervised = None
     if server.metrics is not None:
         try:
-            port = server.metrics.serve(config.serving.metrics_address)
+            if isinstance(sampler, WorkerSampler):  # one /metrics for the server, in a process of its own
+                registry = server.metrics.registry
+                sampler.exposition = lambda: generate_latest(registry)
+                supervised = metrics_server(sampler.board, *parse_address(config.serving.metrics_address))
+                port = supervised.server_address[1]
+            else:
+                port = server.metrics.serve(config.serving.metrics_address)
         except OSError as error:
             raise UsageError(
                 f"--metrics-bind-address: cannot listen on {config.serving.metrics_address}: {error.strerror}"
@@ -96,6 +116,43 @@ def run(args: argparse.Namespace) -> int:
                 host,
             )
 
+    if workers > 1:
+        with _listen_errors(config):
+            sock = listen(config.serving.host, config.serving.port)
+        server.options = replace(server.options, sock=sock)
+        status = Supervisor(server, sock, workers, lambda: _serve(server), supervised).run()
+    else:
+        with _listen_errors(config):
+            status = _serve(server)
+    log.info("stopped")
+    return status
+
+
+def _workers(config: ServeConfig) -> int:
+    """--workers, 0 resolved to the cgroup's CPU quota; what several workers cannot do yet is refused here."""
+    workers = config.serving.workers or default_workers()
+    if workers > 1 and config.audit.path:
+        raise UsageError("--workers: several workers do not write --audit-log-path yet; use --workers 1")
+    return workers
+
+
+@contextmanager
+def _listen_errors(config: ServeConfig) -> Iterator[None]:
+    """The serving socket's errors as one-line usage errors naming the flag."""
+    host, port = config.serving.host, config.serving.port
+    try:
+        yield
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise UsageError(f"--secure-port: {host}:{port} is already in use") from None
+        if error.errno == errno.EADDRNOTAVAIL:
+            raise UsageError(f"--bind-address: {host} is not an address of this machine") from None
+        raise UsageError(f"cannot serve on {host}:{port}: {error.strerror}") from None
+
+
+def _serve(server: Server) -> int:
+    """Serve on this process's event loop until SIGINT or SIGTERM (a worker runs exactly this)."""
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -103,13 +160,5 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await server.run(stop.wait)
 
-    try:
-        asyncio.run(main())
-    except OSError as error:
-        if error.errno == errno.EADDRINUSE:
-            raise UsageError(f"--secure-port: {config.serving.host}:{config.serving.port} is already in use") from None
-        if error.errno == errno.EADDRNOTAVAIL:
-            raise UsageError(f"--bind-address: {config.serving.host} is not an address of this machine") from None
-        raise UsageError(f"cannot serve on {config.serving.host}:{config.serving.port}: {error.strerror}") from None
-    log.info("stopped")
+    asyncio.run(main())
     return 0

@@ -19,7 +19,7 @@ from pathlib import Path
 from secure_orca.errors import SecureOrcaError
 from secure_orca.pki import DevPKI
 
-_READY = re.compile(r"Running on https://(\S+):(\d+) ")
+READY = re.compile(r"Running on https://(\S+):(\d+) ")
 KILL_WAIT = 10.0  # seconds to wait for a process to go after SIGKILL
 
 
@@ -165,6 +165,6 @@ def replicas(argvs: Sequence[Sequence[str]], timeout: float = 30.0) -> Iterator[
         for i, argv in enumerate(argvs):
             processes.append(start_process(f"replica-{i}", argv))
         for process in processes:
-            match = wait_for(process, _READY, timeout)
+            match = wait_for(process, READY, timeout)
             started.append(Replica(process, match.group(1).strip("[]"), int(match.group(2))))
         yield started

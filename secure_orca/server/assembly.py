@@ -46,10 +46,11 @@ class Server:
     audit: AuditLog | None = None
 
     @classmethod
-    def assemble(cls, config: ServeConfig, verbose: bool = False) -> Server:
-        """Read every credential file once (CredentialError names the flag at fault) and build from it."""
+    def assemble(cls, config: ServeConfig, verbose: bool = False, sampler: Sampler | None = None) -> Server:
+        """Read every credential file once (CredentialError names the flag at fault) and build from it; a
+        worker of ``serve --workers`` brings the sampler that reads the server's one report."""
         material, seen = loader.load(config.files)
-        sampler = Sampler(config.load_metrics.interval, decimals=config.load_metrics.decimals)
+        sampler = sampler or Sampler(config.load_metrics.interval, decimals=config.load_metrics.decimals)
         trust = trust_of(config, material)
         app, proxy = build_app(config, sampler, material, trust)
         metrics = None

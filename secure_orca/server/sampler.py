@@ -62,6 +62,12 @@ def parse_statm_rss(text: str, page_size: int) -> int:
     return int(text.split()[1]) * page_size
 
 
+def parse_stat_cpu(text: str, clock_tick: int) -> float:
+    """utime + stime of a ``/proc/<pid>/stat`` line, in seconds (the command name may hold spaces and ")")."""
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / clock_tick
+
+
 def parse_proc_cgroup(text: str) -> dict[str, str]:
     """``/proc/self/cgroup``: controller (``""`` for v2) to path."""
     out: dict[str, str] = {}
@@ -164,10 +170,15 @@ class Sources:
                 limit = parse_memory_limit(limit_text, physical) if limit_text else None
                 if limit and usage_text:
                     return int(usage_text.strip()) / limit
-            statm = self._read("proc/self/statm")
-            return parse_statm_rss(statm, self._page) / physical if statm else None
+            rss = self.rss_bytes()
+            return rss / physical if rss is not None else None
         except (ValueError, IndexError):
             return None
+
+    def rss_bytes(self) -> int | None:
+        """This process's resident memory (``secure_orca.workers`` sums a server's processes instead)."""
+        statm = self._read("proc/self/statm")
+        return parse_statm_rss(statm, self._page) if statm else None
 
 
 # ---- the sampler ------------------------------------------------------------------------------------------
@@ -208,11 +219,16 @@ class Sampler:
         self._history: deque[tuple[float, float, int, int]] = deque()
         self._task: asyncio.Task[None] | None = None
 
+    def totals(self) -> tuple[float, int, int, int]:
+        """CPU seconds used, requests, errors (all cumulative) and requests in flight, now: this process's.
+        ``secure_orca.workers`` sums them over a server's processes instead."""
+        c = self.counters
+        return self._cpu_clock(), c.requests, c.errors, c.in_flight
+
     def sample(self, now: float) -> LoadReport:
         """Take one sample at monotonic time ``now`` and return the report."""
-        cpu = self._cpu_clock()
-        c = self.counters
-        self._history.append((now, cpu, c.requests, c.errors))
+        cpu, requests, errors, in_flight = self.totals()
+        self._history.append((now, cpu, requests, errors))
         while len(self._history) > 2 and now - self._history[1][0] >= RATE_WINDOW:
             self._history.popleft()
         then, cpu_then, requests_then, errors_then = self._history[0]
@@ -220,12 +236,12 @@ class Sampler:
         fields: dict[str, float] = {}
         if elapsed > 0:
             fields["cpu_utilization"] = max(0.0, (cpu - cpu_then) / elapsed / self.sources.cpu_capacity())
-            fields["rps_fractional"] = max(0, c.requests - requests_then) / elapsed
-            fields["eps"] = max(0, c.errors - errors_then) / elapsed
+            fields["rps_fractional"] = max(0, requests - requests_then) / elapsed
+            fields["eps"] = max(0, errors - errors_then) / elapsed
         mem = self.sources.mem_utilization()
         if mem is not None:
             fields["mem_utilization"] = mem
-        return LoadReport.of(fields, named_metrics={IN_FLIGHT_METRIC: float(max(0, c.in_flight))})
+        return LoadReport.of(fields, named_metrics={IN_FLIGHT_METRIC: float(max(0, in_flight))})
 
     def tick(self) -> None:
         """Sample and publish; a failure is logged and counted, and the last report stays in force."""

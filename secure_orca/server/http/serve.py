@@ -19,6 +19,7 @@ import functools
 import importlib.metadata
 import logging
 import random
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ from secure_orca.server.http.rotation import (
     Step,
 )
 from secure_orca.server.http.tls import tls_extension
+from secure_orca.server.listener import listen
 from secure_orca.server.trust import CONNECTION_KEY
 
 log = logging.getLogger("secure_orca.server")
@@ -261,6 +263,7 @@ class ServerOptions:
     goaway_chance: float = 0.0
     graceful_timeout: float = 10.0
     access_log: bool = False
+    sock: socket.socket | None = None  # a listening socket bound by the supervisor of ``serve --workers``
 
 
 class GatewayConfig(Config):
@@ -353,14 +356,13 @@ async def serve(
 
     listener = await asyncio.start_server(
         on_connection,
-        options.host,
-        options.port,
+        sock=options.sock or listen(options.host, options.port),
         ssl=options.context,
-        backlog=config.backlog,
         ssl_handshake_timeout=config.ssl_handshake_timeout,
     )
-    port = listener.sockets[0].getsockname()[1]
-    log.info("Running on https://%s (CTRL + C to quit)", bind_address(options.host, port))
+    if options.sock is None:  # a supervisor announces its shared socket itself, once
+        port = listener.sockets[0].getsockname()[1]
+        log.info("Running on https://%s (CTRL + C to quit)", bind_address(options.host, port))
     try:
         await shutdown_trigger()
     finally:

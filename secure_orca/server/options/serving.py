@@ -13,6 +13,8 @@ from secure_orca.server.flags import parse_duration
 from secure_orca.server.metrics import parse_address
 from secure_orca.server.options.common import problem, value, within
 
+MAX_WORKERS = 64
+
 
 @dataclass
 class ServingConfig:
@@ -25,6 +27,7 @@ class ServingConfig:
     goaway_chance: float = 0.0
     metrics_address: str = ""
     reload_interval: float = 1.0
+    workers: int = 1  # --workers; 0: one per CPU of the cgroup's quota, resolved when serving starts
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +58,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     a("--metrics-bind-address", default="", help="serve Prometheus /metrics on HOST:PORT (off by default)")
     a("--credential-reload-interval", default="1s", help="how often credential files are re-read (default 1s)")
     a(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes that serve the one port, each running the whole gate, with one load report and one "
+        "/metrics for the server (docs/architecture.md); 0: one per CPU of the cgroup's quota, rounded up "
+        "(default 1)",
+    )
+    a(
         "--certs-dir",
         type=Path,
         default=Path("certs"),
@@ -75,6 +87,8 @@ def validate(args: argparse.Namespace) -> list[str]:
         out.append(f"--secure-port: {args.secure_port} is not a port number (0-65535)")
     if args.max_requests_per_connection < 0:
         out.append("--max-requests-per-connection: must be 0 (never rotate) or more")
+    if not 0 <= args.workers <= MAX_WORKERS:
+        out.append(f"--workers: {args.workers} is not between 0 and {MAX_WORKERS}")
     if not 0.0 <= args.goaway_chance <= 0.02:
         out.append(f"--goaway-chance: {args.goaway_chance} is not between 0 and 0.02")
     out += within("--request-timeout", lambda: parse_duration(args.request_timeout), 0.01, 3600, "10ms and 1h")
@@ -97,4 +111,5 @@ def to_config(args: argparse.Namespace, dev: DevPKI | None) -> ServingConfig:
         goaway_chance=args.goaway_chance,
         metrics_address=args.metrics_bind_address,
         reload_interval=value("--credential-reload-interval", lambda: parse_duration(args.credential_reload_interval)),
+        workers=args.workers,
     )

@@ -1,0 +1,79 @@
+"""``serve --workers 1`` against ``--workers 2`` and the Go peer (benchmarks/gopeer), side by side in one run:
+requests/s, server CPU-seconds and requests per CPU-second, from h2load presenting the front-proxy certificate
+with the opt-in on /healthz.
+
+    python -m benchmarks.workers [ROUNDS] [SECONDS]
+
+All servers run for the whole run and are measured in interleaved rounds (the others idle while one is
+loaded); the server's CPU is read from procfs for the supervisor and all its workers. Each figure is printed
+as its median and range over the rounds, and the ratio is taken round by round.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+from benchmarks.common import tree_cpu
+from benchmarks.go_peer import go_peer
+from secure_orca.credentials import devpki
+from secure_orca.lab import launcher as lb
+from secure_orca.lab import replicas as launch
+from secure_orca.lab.loadgen import Identity, Load, build_shim, run_h2load
+from secure_orca.orca.headers import OPTIN
+
+LOAD = Load(clients=8, streams=10)
+NAMES = ("`serve --workers 1`", "`serve --workers 2`")
+GO = "Go net/http peer"
+
+
+def main(rounds: int = 5, seconds: float = 8.0) -> None:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        dev = devpki.generate(Path(tmp) / "pki")
+        identity = Identity("front-proxy", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
+        shim = build_shim(Path(tmp))
+        load = Load(LOAD.clients, LOAD.streams, duration=seconds, warmup=1.0)
+        argvs = [
+            launch.serve_argv(dev, lb.replica_flags(dev, "front-proxy", "--workers", n), demo_work=False)
+            for n in ("1", "2")
+        ]
+        servers = dict(zip(NAMES, stack.enter_context(launch.replicas(argvs)), strict=False))
+        servers[GO] = stack.enter_context(go_peer(dev))
+        figures: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
+        for round_ in range(rounds):
+            for name, server in servers.items():
+                pid = server.process.popen.pid
+                before = tree_cpu(pid)
+                result = run_h2load(server.url + "/healthz", load, identity, Path(tmp), shim)
+                cpu = tree_cpu(pid) - before
+                figures[name].append((result.rps, cpu / (seconds + 1.0)))
+                print(f"round {round_ + 1}/{rounds}, {name}: {result.rps:,.0f} req/s", flush=True)
+    print(f"\nh2load {LOAD.label} -t 1, {seconds:g} s per run, {rounds} interleaved rounds; {OPTIN}: TEXT\n")
+    print("| server | req/s median (range) | server CPUs busy | requests per CPU-second |")
+    print("|---|---|---|---|")
+    for name, rows in figures.items():
+        rps = [r for r, _ in rows]
+        per_cpu = [r / c for r, c in rows]
+        print(
+            f"| {name} | {statistics.median(rps):,.0f} ({min(rps):,.0f}–{max(rps):,.0f}) "
+            f"| {statistics.median(c for _, c in rows):.2f} "
+            f"| {statistics.median(per_cpu):,.0f} ({min(per_cpu):,.0f}–{max(per_cpu):,.0f}) |"
+        )
+    print()
+    for name, over in ((NAMES[1], NAMES[0]), (GO, NAMES[1])):
+        pairs = list(zip(figures[over], figures[name], strict=True))
+        ratios = [b[0] / a[0] for a, b in pairs]
+        efficiency = [(b[0] / b[1]) / (a[0] / a[1]) for a, b in pairs]
+        print(
+            f"{name} over {over}, per round: req/s x{statistics.median(ratios):.2f} "
+            f"(x{min(ratios):.2f}–x{max(ratios):.2f}); requests per CPU-second x{statistics.median(efficiency):.2f} "
+            f"(x{min(efficiency):.2f}–x{max(efficiency):.2f})"
+        )
+
+
+if __name__ == "__main__":
+    arguments = sys.argv[1:]
+    main(int(arguments[0]) if arguments else 5, float(arguments[1]) if len(arguments) > 1 else 8.0)

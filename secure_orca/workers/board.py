@@ -1,0 +1,172 @@
+"""The memory a server's processes share: one published load report, and per worker a counter slot and its
+/metrics exposition.
+
+An anonymous shared mapping, made by the supervisor before it forks, so every worker maps the same pages and
+nothing is on disk. Each region has exactly one writer: the supervisor's sampler writes the report, worker ``i``
+writes slot ``i`` and exposition ``i``. Readers never lock: every region starts with a sequence number that is
+odd while its writer is in the middle of a write (a seqlock, as Linux's ``seqcount_t``), and the byte regions
+also carry a CRC-32 of their bytes, so a reader retries a torn read instead of using it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import zlib
+from dataclasses import dataclass
+
+REPORT_MAX = 1024  # bytes of the serialized header value; a report is about 120
+EXPOSITION_MAX = 256 * 1024  # bytes of one worker's /metrics exposition (label sets are closed: a few KiB)
+_HEAD = struct.Struct("<QII")  # sequence, length, crc32 of the value
+_SEQUENCE = struct.Struct("<Q")
+_SLOT = struct.Struct("<QQQQq")  # sequence, pid, requests, errors, in flight
+_SUPERVISOR = struct.Struct("<QQQQQd")  # sequence, restarts, sampler ticks, errors, encodes, CPU seconds
+_LINE = 64  # one cache line per worker slot: workers never write the same line
+_RETRIES = 1000  # a writer holds a region for microseconds; a reader gives up after this many
+
+
+def _aligned(size: int) -> int:
+    return (size + _LINE - 1) // _LINE * _LINE
+
+
+class Region:
+    """Bytes with one writer and many readers: a sequence number (odd while written), the length and a CRC-32."""
+
+    def __init__(self, memory: mmap.mmap, offset: int, capacity: int) -> None:
+        self.memory, self.offset, self.capacity = memory, offset, capacity
+        self._sequence = 0
+
+    @staticmethod
+    def size(capacity: int) -> int:
+        return _aligned(_HEAD.size + capacity)
+
+    def publish(self, value: bytes) -> int:
+        """Write ``value``; returns its sequence number (even, never 0)."""
+        if len(value) > self.capacity:
+            raise ValueError(f"{len(value)} bytes do not fit the board's region of {self.capacity}")
+        at, sequence = self.offset, self._sequence
+        _SEQUENCE.pack_into(self.memory, at, sequence + 1)  # odd: readers wait
+        self.memory[at + _HEAD.size : at + _HEAD.size + len(value)] = value
+        self._sequence = sequence + 2
+        _HEAD.pack_into(self.memory, at, sequence + 2, len(value), zlib.crc32(value))
+        return sequence + 2
+
+    def sequence(self) -> int:
+        """The sequence number now: a cheap check for a new value (odd: being written)."""
+        return int(_SEQUENCE.unpack_from(self.memory, self.offset)[0])
+
+    def read(self) -> tuple[int, bytes] | None:
+        """The latest complete value and its sequence number; None before the first one is published."""
+        at = self.offset
+        for _ in range(_RETRIES):
+            sequence, length, crc = _HEAD.unpack_from(self.memory, at)
+            if sequence == 0:
+                return None
+            if sequence & 1 or length > self.capacity:
+                continue
+            value = bytes(self.memory[at + _HEAD.size : at + _HEAD.size + length])
+            if self.sequence() == sequence and zlib.crc32(value) == crc:
+                return sequence, value
+        return None
+
+    def clear(self) -> None:
+        self._sequence = 0
+        self.memory[self.offset : self.offset + _HEAD.size] = bytes(_HEAD.size)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One worker's cumulative counters, as it last published them (pid 0: the slot is empty)."""
+
+    pid: int
+    requests: int
+    errors: int
+    in_flight: int
+
+
+EMPTY = Slot(0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class SupervisorFigures:
+    """What the supervisor publishes about itself for /metrics."""
+
+    restarts: int = 0
+    ticks: int = 0
+    errors: int = 0
+    encodes: int = 0
+    cpu_seconds: float = 0.0
+
+
+class Board:
+    """The shared mapping for ``workers`` workers; create it before forking them.
+
+    Regions: the report (the supervisor writes), one counter slot and one /metrics exposition per worker (that
+    worker writes), the counters of reaped workers' expositions and the supervisor's own figures (the
+    supervisor writes)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError("a board needs at least one worker slot")
+        self.workers = workers
+        report = Region.size(REPORT_MAX)
+        exposition = Region.size(EXPOSITION_MAX)
+        self._slots_at = report
+        self._supervisor_at = self._slots_at + workers * _LINE
+        expositions_at = self._supervisor_at + _LINE
+        size = expositions_at + (workers + 1) * exposition
+        self.memory = mmap.mmap(-1, size)  # MAP_SHARED | MAP_ANONYMOUS: shared with the children forked after
+        self.report = Region(self.memory, 0, REPORT_MAX)
+        self.expositions = [
+            Region(self.memory, expositions_at + i * exposition, EXPOSITION_MAX) for i in range(workers)
+        ]
+        self.retired = Region(self.memory, expositions_at + workers * exposition, EXPOSITION_MAX)
+        self._slot_sequences = [0] * workers
+        self._supervisor_sequence = 0
+
+    # ---- the slots: slot i written by worker i, read by the supervisor ------------------------------------
+
+    def write(self, index: int, slot: Slot) -> None:
+        """Worker ``index`` publishes its counters (only that worker ever calls this for ``index``)."""
+        at = self._slots_at + index * _LINE
+        sequence = self._slot_sequences[index]
+        _SEQUENCE.pack_into(self.memory, at, sequence + 1)
+        _SLOT.pack_into(self.memory, at, sequence + 1, slot.pid, slot.requests, slot.errors, slot.in_flight)
+        self._slot_sequences[index] = sequence + 2
+        _SEQUENCE.pack_into(self.memory, at, sequence + 2)
+
+    def read(self, index: int) -> Slot | None:
+        """Worker ``index``'s counters; None when a torn read kept failing (its writer died mid-write)."""
+        at = self._slots_at + index * _LINE
+        for _ in range(_RETRIES):
+            sequence, pid, requests, errors, in_flight = _SLOT.unpack_from(self.memory, at)
+            if not sequence & 1 and _SEQUENCE.unpack_from(self.memory, at)[0] == sequence:
+                return Slot(pid, requests, errors, in_flight)
+        return None
+
+    def clear(self, index: int) -> None:
+        """Empty a dead worker's slot and exposition (the supervisor, after reaping it)."""
+        self._slot_sequences[index] = 0
+        self.memory[self._slots_at + index * _LINE : self._slots_at + (index + 1) * _LINE] = bytes(_LINE)
+        self.expositions[index].clear()
+
+    # ---- the supervisor's own figures ---------------------------------------------------------------------
+
+    def write_supervisor(self, figures: SupervisorFigures) -> None:
+        at, sequence = self._supervisor_at, self._supervisor_sequence
+        f = figures
+        _SEQUENCE.pack_into(self.memory, at, sequence + 1)
+        _SUPERVISOR.pack_into(self.memory, at, sequence + 1, f.restarts, f.ticks, f.errors, f.encodes, f.cpu_seconds)
+        self._supervisor_sequence = sequence + 2
+        _SEQUENCE.pack_into(self.memory, at, sequence + 2)
+
+    def read_supervisor(self) -> SupervisorFigures:
+        at = self._supervisor_at
+        for _ in range(_RETRIES):
+            sequence, *figures = _SUPERVISOR.unpack_from(self.memory, at)
+            if not sequence & 1 and _SEQUENCE.unpack_from(self.memory, at)[0] == sequence:
+                return SupervisorFigures(*figures)
+        return SupervisorFigures()
+
+    def close(self) -> None:
+        self.memory.close()

@@ -1,0 +1,51 @@
+"""Which process holds which TCP connection, read from procfs: the kernel's own record, so a test can tell
+the worker that accepted a connection without the server saying anything."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_ESTABLISHED = "01"
+_LISTEN = "0A"
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (a supervisor's workers)."""
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(word) for word in text.split()]
+
+
+def _inodes(pid: int) -> set[str]:
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[8:-1])
+    return found
+
+
+def _sockets(port: int, state: str) -> set[str]:
+    """Inodes of the TCP sockets in ``state`` whose local port is ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+                found.add(fields[9])
+    return found
+
+
+def listening(pids: list[int], port: int) -> list[int]:
+    """Those of ``pids`` that hold the socket listening on ``port`` (a supervisor's workers, not its others)."""
+    sockets = _sockets(port, _LISTEN)
+    return [pid for pid in pids if _inodes(pid) & sockets]
+
+
+def connections(pids: list[int], port: int) -> dict[int, int]:
+    """How many established connections to ``port`` each process holds."""
+    live = _sockets(port, _ESTABLISHED)
+    return {pid: len(_inodes(pid) & live) for pid in pids}
