@@ -1,6 +1,9 @@
 """A test-only stand-in for a server that is not ours: it answers ``endpoint-load-metrics-format`` to anyone, as
 Triton's HTTP endpoint does (triton-inference-server PR 7839: ``text`` or ``json``, any caller, no credential).
-HTTP/1.1 over TLS on loopback, like Triton's HTTP endpoint. Run it by hand for docs/probe.md:
+HTTP/1.1 over TLS on loopback, like Triton's HTTP endpoint. ``header`` makes it answer another request header the
+same way, e.g. ``endpoint-load-metrics-request`` (the opt-in of KEP-6315, answered to anyone: option 1 without a
+load balancer in front). The format is the value's first token (``TEXT; secret=x`` asks for text), as a server
+that checks nothing reads it. Run it by hand for docs/probe.md:
 
     python -m tests.standin --cert certs/apiserver.crt --key certs/apiserver.key   # prints its URL, serves until ^C
 """
@@ -21,7 +24,9 @@ KV_CACHE = 0.42
 
 
 class TritonLike(BaseHTTPRequestHandler):
-    """GET or POST anything: 200 with a body, and a load report for any caller who asks by the format header."""
+    """GET or POST anything: 200 with a body, and a load report for any caller who asks by ``header``."""
+
+    header = FORMAT_HEADER
 
     def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -31,7 +36,7 @@ class TritonLike(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
-        wanted = (self.headers.get(FORMAT_HEADER) or "").strip().lower()
+        wanted = (self.headers.get(self.header) or "").partition(";")[0].strip().lower()
         if wanted == "text":
             self.send_header("endpoint-load-metrics", f"TEXT named_metrics.kv_cache_utilization={KV_CACHE}")
         elif wanted == "json":
@@ -47,11 +52,12 @@ class TritonLike(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serving(cert: Path, key: Path, port: int = 0) -> Iterator[str]:
-    """The stand-in on 127.0.0.1 (port 0: a free one) in a thread; yields its URL."""
+def serving(cert: Path, key: Path, port: int = 0, header: str = FORMAT_HEADER) -> Iterator[str]:
+    """The stand-in on 127.0.0.1 (port 0: a free one) in a thread, answering ``header``; yields its URL."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    server = ThreadingHTTPServer(("127.0.0.1", port), TritonLike)
+    handler = type("Answering", (TritonLike,), {"header": header})
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -67,8 +73,11 @@ def main() -> None:
     parser.add_argument("--cert", type=Path, required=True)
     parser.add_argument("--key", type=Path, required=True)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument(
+        "--header", default=FORMAT_HEADER, help=f"the request header it answers (default {FORMAT_HEADER})"
+    )
     args = parser.parse_args()
-    with serving(args.cert, args.key, args.port) as url:
+    with serving(args.cert, args.key, args.port, args.header) as url:
         print(url, flush=True)
         threading.Event().wait()
 

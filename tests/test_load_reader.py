@@ -105,6 +105,23 @@ def test_the_probe_finds_the_load_reader_grants_nothing_else(
     assert result.verdict == "no-leak", result.reason
 
 
+def test_a_load_reader_certificate_probed_as_a_front_proxy_names_the_flag(
+    reader_replica: launch.Replica, dev_pki: pki.DevPKI
+) -> None:
+    """Forgetting --lb-load-reader: the certificate gets reports but its identity headers are (rightly) not
+    believed. The verdict stays inconclusive, and says which flag is missing."""
+    config = ProbeConfig(
+        cacert=dev_pki.cert("ca"),
+        lb_cert=dev_pki.cert("load_reader_client"),
+        lb_key=dev_pki.key("load_reader_client"),
+        timing_samples=0,
+        seed=1,
+    )
+    result = probe(reader_replica.url, config)
+    assert result.control_ok and result.verdict == "inconclusive", result.reason
+    assert "add --lb-load-reader" in result.reason
+
+
 def test_reload_of_the_load_reader_ca_revokes_it(
     reader_replica: launch.Replica, dev_pki: pki.DevPKI, reader_ca: Path
 ) -> None:

@@ -21,7 +21,16 @@ from typing import TextIO
 
 from secure_orca.credentials import loader
 from secure_orca.errors import CredentialError, UsageError
-from secure_orca.probe.audit import TIMING_ALPHA, ProbeConfig, ProbeError, ProbeResult, VectorResult, probe
+from secure_orca.probe.audit import (
+    TIMING_ALPHA,
+    Cause,
+    ProbeConfig,
+    ProbeError,
+    ProbeResult,
+    VectorResult,
+    impersonation_summary,
+    probe,
+)
 from secure_orca.probe.vectors import DEFAULT_PATH
 
 HELP = "audit an HTTPS endpoint for load-metrics leaks to clients that bypass the load balancer"
@@ -138,9 +147,9 @@ class Progress:
         print(f"probe: {text}", file=self.stream, flush=True)
 
     def result(self, index: int, total: int, result: VectorResult) -> None:
-        line = f"[{index:3}/{total}] {result.outcome:17} {result.vector.name}"
+        line = f"[{index:3}/{total}] {_outcome_cell(result):17} {result.vector.name}"
         if result.impersonation is not None:
-            line += f"  impersonation: {result.impersonation}"
+            line += f"  impersonation: {_impersonation_cell(result)}"
         if self.tty:
             end = "\n" if index == total or "leak" in (result.outcome, result.impersonation) else ""
             print(f"\r\x1b[K{line}", end=end, file=self.stream, flush=True)
@@ -151,13 +160,48 @@ class Progress:
 COLUMNS = ("OUTCOME", "IMPERSONATION", "GROUP", "VARIANT", "IDENTITY", "PROTOCOL", "PATH", "STATUS", "DETAIL")
 
 
-def _row(r: VectorResult) -> tuple[str, ...]:
+def _is_control(r: VectorResult) -> bool:
+    return r.vector.group == "control"
+
+
+def _outcome_cell(r: VectorResult) -> str:
+    """A control's report is what it is for: its row says ``control: report``, never ``leak``."""
+    if _is_control(r):
+        return "control: report" if r.outcome == "leak" else f"control: {r.outcome}"
+    return r.outcome
+
+
+def _impersonation_cell(r: VectorResult, lb_identity_believed: bool = True) -> str:
+    if r.impersonation is None:
+        return "-"
+    if _is_control(r) and lb_identity_believed:  # the front proxy's identity headers: believed by design
+        return "control: believed" if r.impersonation == "leak" else f"control: {r.impersonation}"
+    return r.impersonation
+
+
+def _row(r: VectorResult, cause_of: dict[int, int], lb_identity_believed: bool = True) -> tuple[str, ...]:
+    """One table row. A leak's value is printed whole in its cause above the table; the row names that cause."""
     v = r.vector
-    detail = r.detail if not r.evidence else f"{r.detail}: {r.evidence}"
+    detail = r.detail
     if r.impersonation is not None:
         detail = f"{r.identity_detail}; {detail}"
-    return (r.outcome, r.impersonation or "-", v.group, v.variant, v.identity, v.protocol, v.path,
-            str(r.status or "-"), detail[:90])  # fmt: skip
+    if id(r) in cause_of:
+        detail += f" (cause {cause_of[id(r)]})"
+    return (_outcome_cell(r), _impersonation_cell(r, lb_identity_believed), v.group, v.variant, v.identity,
+            v.protocol, v.path, str(r.status or "-"), detail)  # fmt: skip
+
+
+def format_causes(causes: list[Cause]) -> str:
+    """Each cause first, then the values it leaked (whole) and its vectors under it, by group."""
+    lines = []
+    for n, cause in enumerate(causes, 1):
+        lines.append(f"cause {n} of {len(causes)}: {cause.title}")
+        for answer in cause.answers():
+            lines.append(f"  {'believed' if cause.kind == 'identity' else 'answered'}: {answer}")
+        lines.append(f"  {len(cause.results)} vectors:")
+        for group, names in cause.by_group().items():
+            lines.append(f"    {group} ({len(names)}): {', '.join(names)}")
+    return "\n".join(lines)
 
 
 def format_table(rows: list[tuple[str, ...]]) -> str:
@@ -185,11 +229,9 @@ def format_summary(result: ProbeResult) -> str:
             lines.append(f"load-reader identity: {word} ({detail})")
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(result.counts().items()))
     lines.append(f"vectors: {len(result.results)} ({counts})")
-    forged = [r.impersonation for r in result.results if r.impersonation is not None]
-    if forged:
-        tally = ", ".join(f"{forged.count(k)} {k}" for k in sorted(set(forged)))
-        word = "LEAK" if "leak" in forged else "none"
-        lines.append(f"impersonation: {word} ({len(forged)} forged identities: {tally})")
+    impersonation = impersonation_summary(result.results)
+    if impersonation is not None:
+        lines.append(f"impersonation: {impersonation}")
     if result.timing is not None:
         t = result.timing
         signal = "SUSPICIOUS: wrong secrets differing late take a different time" if t.suspicious else "no signal"
@@ -200,6 +242,8 @@ def format_summary(result: ProbeResult) -> str:
         )
     elif result.timing_error:
         lines.append(f"timing: not measured ({result.timing_error})")
+    elif result.timing_skipped:
+        lines.append(f"timing: skipped - {result.timing_skipped}")
     lines.append(f"verdict: {result.verdict} - {result.reason} (exit {result.exit_code}, {result.seconds:.1f}s)")
     return "\n".join(lines)
 
@@ -218,7 +262,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
-        rows = [_row(r) for r in [*result.controls, *result.identity_controls, *result.results]]
+        causes = result.causes()
+        if causes:
+            print(format_causes(causes))
+            print()
+        cause_of = {id(r): n for n, c in enumerate(causes, 1) for r in c.results}
+        believed = result.lb_identity_believed
+        rows = [_row(r, cause_of, believed) for r in [*result.controls, *result.identity_controls, *result.results]]
         print(format_table(rows))
         print()
         print(format_summary(result))

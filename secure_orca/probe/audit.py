@@ -42,6 +42,7 @@ from secure_orca.probe.vectors import (
     DEFAULT_SECRET_LENGTH,
     FORGED_EXTRA_KEY,
     FORGED_VALUES,
+    FORMAT_HEADER,
     NO_CERT,
     SELF_SUBJECT_REVIEWS,
     Identity,
@@ -143,12 +144,17 @@ def impersonation_of(exchange: Exchange, outcome: Outcome) -> tuple[Impersonatio
 
 
 def report_evidence(exchange: Exchange) -> str:
-    """The first leaked value, shortened (it is the server's load, not a secret of ours)."""
+    """The first leaked value, whole (it is the server's load, not a secret of ours); bytes that are not
+    printable ASCII are escaped, so a server cannot write control characters to the terminal."""
     for name, value in [*exchange.headers, *exchange.trailers]:
         if name.strip().lower().decode("latin-1") in REPORT_NAMES:
-            return _printable(value, 200)
+            return _whole(value)
     streamed = oob.parse_report(exchange.body)
-    return _printable(" ".join(str(streamed).split()).encode(), 200) if streamed is not None else ""
+    return _whole(" ".join(str(streamed).split()).encode()) if streamed is not None else ""
+
+
+def _whole(value: bytes) -> str:
+    return _printable(value, limit=len(value))
 
 
 # --- results and verdict (pure) --------------------------------------------------------------------------
@@ -214,6 +220,132 @@ class TimingResult:
         }
 
 
+# --- causes: leaking vectors grouped by the request shape that leaked (pure) ------------------------------
+
+STREAM_FOUND = "grpc OrcaLoadReport message"  # find_orca's name for a report streamed by StreamCoreMetrics
+_ASKING = (OPTIN, FORMAT_HEADER)  # the request header names that ask for a report, ours and the ecosystem's
+ANY_CLIENT = "any client"
+CauseKind = Literal["report", "identity"]
+
+
+def asked_with(result: VectorResult) -> str:
+    """The request shape a report answered: the stream, or the names of the asking headers as a server reads them
+    (lower case, stripped), or none at all. Values do not count: a server that answers ``TEXT`` usually answers
+    ``TEXT; secret=wrong`` and ``TEXT`` with forged identity headers too, and those are one hole, not three."""
+    if all(where == STREAM_FOUND for where in result.detail.split(", ")):
+        return f"POST {oob.PATH}"
+    names = dict.fromkeys(n.strip().lower().decode("latin-1") for n, _ in result.vector.headers)
+    asking = [n for n in names if n.encode() in _ASKING]
+    return ", ".join(asking) if asking else "no opt-in header"
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One hole: the request shape that leaked (``asked``) and who may send it (``who``: ``any client`` when a
+    client without a certificate got it, else the one identity that did), with every vector it explains."""
+
+    kind: CauseKind
+    asked: str
+    who: str
+    results: tuple[VectorResult, ...]
+
+    @property
+    def title(self) -> str:
+        who = (
+            "any client (no certificate needed)"
+            if self.who == ANY_CLIENT
+            else f"a client with the {self.who!r} identity"
+        )
+        if self.kind == "identity":
+            return f"{who} that sends forged x-remote-* identity headers is believed"
+        if self.asked.startswith("POST "):
+            return f"{who} that opens the out-of-band stream ({self.asked}) gets load reports"
+        if self.asked == "no opt-in header":
+            return f"{who} gets a load report without asking (no opt-in header)"
+        wrong = sum(1 for r in self.results if r.vector.group == "secret")
+        return f"{who} that sends {self.asked} gets a load report" + (
+            f"; no secret is checked ({wrong} wrong secrets got one)" if wrong else ""
+        )
+
+    def answers(self) -> list[str]:
+        """Each distinct leaked value, whole, with where it came."""
+        if self.kind == "identity":
+            return list(dict.fromkeys(r.identity_detail for r in self.results))
+        return list(dict.fromkeys(f"{r.detail}: {r.evidence}" if r.evidence else r.detail for r in self.results))
+
+    def by_group(self) -> dict[str, list[str]]:
+        """The vectors' names per group and path (``"impersonation /apis/..."``), without the group and the path
+        (``forged-plain/none/http/1.1``), in the order they ran."""
+        out: dict[str, list[str]] = {}
+        for r in self.results:
+            v = r.vector
+            short = v.name.removeprefix(f"{v.group}:").removesuffix(f" {v.path}")
+            out.setdefault(f"{v.group} {v.path}", []).append(short)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "cause": self.title,
+            "asked_with": self.asked,
+            "who": self.who,
+            "answers": self.answers(),
+            "vectors": [r.vector.name for r in self.results],
+        }
+
+
+def find_causes(
+    results: Sequence[VectorResult], identity_controls: Sequence[VectorResult] = (), lb_identity_believed: bool = True
+) -> list[Cause]:
+    """Leaking vectors grouped by cause, the largest first. A request shape that leaked to a client without a
+    certificate leaked to ``any client``: every other identity's leak of that shape is the same hole."""
+    reports = [r for r in results if r.outcome == "leak"]
+    believed = [r for r in results if r.impersonation == "leak"]
+    if not lb_identity_believed:
+        believed += [c for c in identity_controls if c.impersonation == "leak"]
+    groups: dict[tuple[CauseKind, str, str], list[VectorResult]] = {}
+    for kind, leaks in (("report", reports), ("identity", believed)):
+        open_to_all = {asked_with(r) for r in leaks if r.vector.identity == NO_CERT.name}
+        for r in leaks:
+            asked = asked_with(r) if kind == "report" else "x-remote-* identity headers"
+            open_shape = asked in open_to_all if kind == "report" else bool(open_to_all)
+            who = ANY_CLIENT if open_shape else r.vector.identity
+            groups.setdefault((kind, asked, who), []).append(r)  # type: ignore[arg-type]
+    causes = [Cause(kind, asked, who, tuple(rs)) for (kind, asked, who), rs in groups.items()]
+    return sorted(causes, key=lambda c: -len(c.results))
+
+
+def timing_skip(controls: Sequence[VectorResult], results: Sequence[VectorResult]) -> str | None:
+    """Why the secret-timing check would measure nothing, or None when it can run: it needs a secret that the
+    positive control showed is accepted, and a server that refuses wrong secrets. (Without the real secret every
+    guess differs from it at the first character, so early and late guesses cannot differ.)"""
+    secret = [c for c in controls if c.vector.variant == "secret"]
+    if not secret:
+        return "no secret was accepted by the positive control (no --lb-secret-file given)"
+    if not any(c.outcome == "leak" for c in secret):
+        return "no secret was accepted by the positive control (its secret got no report)"
+    wrong = [r for r in results if r.vector.group == "secret" and r.outcome == "leak"]
+    if wrong:
+        return f"wrong secrets got a report ({len(wrong)} vectors): no secret is checked, nothing to time"
+    return None
+
+
+def impersonation_summary(results: Sequence[VectorResult]) -> str | None:
+    """The impersonation line: ``LEAK``, ``none believed`` only when every forged identity was read back as not
+    believed or refused, else ``not checked`` (for some or all): an unknown identity is never ``none``."""
+    forged = [r.impersonation for r in results if r.impersonation is not None]
+    if not forged:
+        return None
+    tally = ", ".join(f"{forged.count(k)} {k}" for k in ("leak", "none", "unknown") if k in forged)
+    unknown = forged.count("unknown")
+    if "leak" in forged:
+        return f"LEAK ({len(forged)} forged identities: {tally})"
+    if not unknown:
+        return f"none believed ({len(forged)} forged identities: {tally})"
+    some = "" if unknown == len(forged) else f" for {unknown} of {len(forged)} forged identities"
+    return f"not checked{some}: no identity could be read back ({len(forged)} forged identities: {tally})"
+
+
 Verdict = Literal["leak", "no-leak", "inconclusive", "unreachable"]
 EXIT_CODES: dict[str, int] = {"no-leak": 0, "leak": 1, "inconclusive": 2, "unreachable": 2}
 
@@ -228,22 +360,13 @@ def decide(
     """The summary verdict and its reason, covering load reports and impersonation. A leak of either is proof
     whatever else happened; a clean run counts only with a positive control that got a report (and, when one
     was sent, a front-proxy control whose identity headers were believed) and with every vector tested."""
-    leaks = [r for r in results if r.outcome == "leak"]
-    believed = [r for r in results if r.impersonation == "leak"]
-    if not lb_identity_believed:  # a load reader's certificate: its forged identity is a leak like any other
-        believed += [c for c in identity_controls if c.impersonation == "leak"]
-    if leaks or believed:
-        found = []
-        if leaks:
-            first = leaks[0]
-            asked = "; ".join(first.vector.shown) or "no opt-in"
-            found.append(
-                f"{len(leaks)} of {len(results)} vectors got load metrics (first: {first.vector.name}: asked with "
-                f"{asked}, answered in {first.detail})"
-            )
-        if believed:
-            found.append(f"{len(believed)} vectors were believed forged identities (first: {believed[0].vector.name})")
-        return "leak", "; ".join(found)
+    causes = find_causes(results, identity_controls, lb_identity_believed)
+    if causes:
+        leaked = {id(r) for c in causes for r in c.results}
+        return "leak", (
+            f"{len(leaked)} of {len(results)} vectors leaked, from {len(causes)} cause"
+            f"{'s' if len(causes) > 1 else ''}: " + "; ".join(_cause_reason(c) for c in causes)
+        )
     if unreachable is not None:
         return "unreachable", unreachable
     if not controls:
@@ -260,7 +383,8 @@ def decide(
         return (
             "inconclusive",
             "no leak found, but the front proxy's own identity headers were not believed (no requestheader "
-            f"authentication or no selfsubjectreviews: {identity_controls[0].identity_detail})",
+            f"authentication or no selfsubjectreviews: {identity_controls[0].identity_detail})"
+            + _load_reader_hint(identity_controls),
         )
     unknown = [r for r in (*results, *identity_controls) if r.impersonation == "unknown"]
     if unknown:
@@ -271,6 +395,24 @@ def decide(
         f"none of {len(results)} vectors got load metrics; the positive control did"
         + (f"; impersonation: none of {forged} forged identities was believed" if forged else "")
     )
+
+
+def _cause_reason(cause: Cause) -> str:
+    first = cause.results[0]
+    asked = "; ".join(first.vector.shown) or "no opt-in"
+    answered = first.identity_detail if cause.kind == "identity" else first.detail
+    return (
+        f"{cause.title} ({len(cause.results)} vectors, first {first.vector.name}: asked with {asked}, "
+        f"answered in {answered})"
+    )
+
+
+def _load_reader_hint(identity_controls: Sequence[VectorResult]) -> str:
+    """The certificate opened a connection and got an answer, yet its identity headers were not believed: that
+    is what a load reader's certificate (option 2b) must do, so name the flag that says so."""
+    if any(c.outcome in ("leak", "no-report") for c in identity_controls):
+        return "; the certificate opens a connection: if it is a load reader's (option 2b), add --lb-load-reader"
+    return ""
 
 
 @dataclass
@@ -284,6 +426,7 @@ class ProbeResult:
     timing: TimingResult | None = None
     lb_identity_believed: bool = True  # False for a load reader's certificate (option 2b)
     timing_error: str = ""
+    timing_skipped: str = ""  # why the timing check was not run (no secret to time)
     seconds: float = 0.0
 
     @property
@@ -303,6 +446,9 @@ class ProbeResult:
     def control_ok(self) -> bool:
         return any(c.outcome == "leak" for c in self.controls)
 
+    def causes(self) -> list[Cause]:
+        return find_causes(self.results, self.identity_controls, self.lb_identity_believed)
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for r in self.results:
@@ -319,9 +465,11 @@ class ProbeResult:
             "counts": self.counts(),
             "controls": [c.to_json() for c in self.controls],
             "identity_controls": [c.to_json() for c in self.identity_controls],
+            "causes": [c.to_json() for c in self.causes()],
             "vectors": [r.to_json() for r in self.results],
             "timing": self.timing.to_json() if self.timing else None,
             "timing_error": self.timing_error,
+            "timing_skipped": self.timing_skipped,
             "seconds": round(self.seconds, 3),
         }
 
@@ -524,7 +672,12 @@ def probe(
     )
     out = ProbeResult(url, verdict, reason, controls, results, identity_controls)
     out.lb_identity_believed = not config.lb_load_reader
-    if config.timing_samples > 0:
+    skip = timing_skip(controls, results) if config.timing_samples > 0 else None
+    if skip is not None:
+        out.timing_skipped = skip
+        if on_phase:
+            on_phase(f"timing check skipped: {skip}")
+    elif config.timing_samples > 0:
         if on_phase:
             on_phase(f"timing check: {config.timing_samples} early/late pairs over one HTTP/2 connection")
         try:
