@@ -179,7 +179,7 @@ def _impersonation_cell(r: VectorResult, lb_identity_believed: bool = True) -> s
     return r.impersonation
 
 
-def _row(r: VectorResult, cause_of: dict[int, int], lb_identity_believed: bool = True) -> tuple[str, ...]:
+def row(r: VectorResult, cause_of: dict[int, int], lb_identity_believed: bool = True) -> tuple[str, ...]:
     """One table row. A leak's value is printed whole in its cause above the table; the row names that cause."""
     v = r.vector
     detail = r.detail
@@ -268,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
             print()
         cause_of = {id(r): n for n, c in enumerate(causes, 1) for r in c.results}
         believed = result.lb_identity_believed
-        rows = [_row(r, cause_of, believed) for r in [*result.controls, *result.identity_controls, *result.results]]
+        rows = [row(r, cause_of, believed) for r in [*result.controls, *result.identity_controls, *result.results]]
         print(format_table(rows))
         print()
         print(format_summary(result))

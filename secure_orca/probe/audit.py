@@ -6,9 +6,10 @@ trailers. A positive control with the load balancer's credentials first shows th
 one (or when it fails) a clean result is *inconclusive*. A timing check compares wrong secrets that differ
 early against ones that differ late over one kept-alive HTTP/2 connection (Mann-Whitney U test).
 
-Layout: this module classifies responses, decides the verdict and runs the audit (``probe()``). The vector
-definitions (``probe_vectors``) and the statistics (``probe_stats``) are pure; the transport (``probe_transport``)
-is a small sans-I/O h2 client over an ``ssl`` socket and a raw HTTP/1.1 client, every socket with a timeout.
+Layout: this module classifies responses, groups leaks into causes, decides the verdict (all pure) and runs the
+audit (``probe()``). The vector definitions (``probe/vectors.py``) and the statistics (``probe/stats.py``) are
+pure; the transport (``probe/transport.py``) is a small sans-I/O h2 client over an ``ssl`` socket and a raw
+HTTP/1.1 client, every socket with a timeout.
 The probe never connects anywhere but the URL it is given (and ``control_url`` when one is given).
 Secrets never appear in a vector's ``shown`` headers, its repr, or the JSON.
 """

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from secure_orca import cli, pki
+from secure_orca.cli import probe as probe_cli
 from secure_orca.orca import oob
 from secure_orca.probe import audit as probe
 from secure_orca.probe import vectors as probe_vectors
@@ -158,6 +159,18 @@ def test_a_refused_front_proxy_identity_with_a_working_certificate_suggests_the_
     assert verdict == "inconclusive" and "--lb-load-reader" not in reason
 
 
+def test_a_control_row_says_control_never_leak() -> None:
+    lb = probe_vectors.Identity("lb", "lb", pem=(b"", b""))
+    text, _stream = probe_vectors.control_vectors("/version", lb, None)
+    (review,) = probe_vectors.impersonation_controls(lb)
+    got = VectorResult(text, "leak", "header endpoint-load-metrics", 200, evidence="TEXT a=1")
+    believed = VectorResult(review, "leak", "header endpoint-load-metrics", 201, impersonation="leak")
+    assert probe_cli.row(got, {})[:2] == ("control: report", "-")
+    assert probe_cli.row(believed, {})[:2] == ("control: report", "control: believed")
+    assert probe_cli.row(believed, {}, lb_identity_believed=False)[1] == "leak"  # a load reader's: a real leak
+    assert probe_cli.row(_leak("identity:TEXT/none/h2"), {})[0] == "leak"
+
+
 # --- against a real stand-in on loopback -------------------------------------------------------------------
 
 
@@ -173,7 +186,8 @@ def test_a_server_that_answers_anyone_prints_one_cause_first_with_its_vectors_un
     capsys: pytest.CaptureFixture[str], dev_pki: pki.DevPKI, header: str, leaked: int
 ) -> None:
     with serving(dev_pki.cert("server"), dev_pki.key("server"), header=header) as url:
-        code = cli.main(["probe", url, "--cacert", str(dev_pki.cert("ca"))])  # the default 500 timing pairs
+        # --lb-header-only: the bare opt-in is the control; the default 500 timing pairs
+        code = cli.main(["probe", url, "--cacert", str(dev_pki.cert("ca")), "--lb-header-only"])
         result = probe.probe(url, ProbeConfig(cacert=dev_pki.cert("ca"), timing_samples=0))
     out, err = capsys.readouterr()
     assert code == 1
@@ -192,6 +206,8 @@ def test_a_server_that_answers_anyone_prints_one_cause_first_with_its_vectors_un
     assert len(listed) == len(leaks) == leaked
     assert all("(cause 1)" in line for line in lines if line.startswith("leak "))
     assert "cause 2" not in out
+    (control,) = [line for line in lines if "  control  " in line]  # labelled as a control
+    assert control.startswith("control: not-accepted")  # the header-only control goes over h2; this is HTTP/1.1
     assert "impersonation: none" not in out
     assert "timing: skipped - no secret was accepted by the positive control" in out
     assert "timing check skipped" in err and "early/late pairs over one" not in err
