@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import socket
 import ssl
 import statistics
@@ -29,11 +28,9 @@ from secure_orca.lab.loadgen import Identity, Load, LoadResult
 from secure_orca.orca.headers import REPORT as REPORT_HEADER
 from secure_orca.server import assembly
 from secure_orca.server.config import build_config
-from secure_orca.server.sampler import parse_stat_cpu
 
 HOST = "127.0.0.1"
 PATH = "/healthz"  # the cheapest route of the demo backend: the feature's share of a request is largest here
-CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 MAX_REQUESTS = 1_000_000_000  # keep connections open: per-connection cost is measured on its own (section 3)
 
 
@@ -156,12 +153,6 @@ def report_attached(url: str, identity: Identity, ca: Path) -> bool:
         if response.http_version != "HTTP/2":
             raise RuntimeError(f"expected HTTP/2, got {response.http_version}")
         return REPORT_HEADER in response.headers
-
-
-def process_cpu(pid: int) -> float:
-    """utime + stime of a process in seconds, from its own accounting in /proc/<pid>/stat (fields 14, 15)."""
-    with open(f"/proc/{pid}/stat") as handle:
-        return parse_stat_cpu(handle.read(), CLOCK_TICK)
 
 
 def tree_cpu(pid: int) -> float:

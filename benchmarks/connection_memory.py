@@ -26,16 +26,10 @@ import h2.settings
 
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.procfs import rss_kib
 
 WARM_UP = 20
 SETTLE = 7.0  # seconds: beyond hypercorn's 5 s keep-alive timeout, which may hold a finished connection
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
 
 
 def starve_and_leave(host: str, port: int, context: ssl.SSLContext) -> None:

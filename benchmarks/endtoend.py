@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.procfs import process_cpu
 
 from .common import (
     BenchError,
@@ -18,7 +19,6 @@ from .common import (
     LoadResult,
     Spread,
     markdown_table,
-    process_cpu,
     ratios,
     report_attached,
     rotated,

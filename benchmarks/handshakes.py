@@ -14,7 +14,6 @@ groups) are measured too: their cost is the refusal's.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import socket
 import ssl
@@ -33,6 +32,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from secure_orca import pki
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.procfs import process_cpu_schedstat as process_cpu  # ns, not ticks
 from secure_orca.server import tls_policy
 
 TLS13, TLS12 = ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2
@@ -103,15 +103,6 @@ def write_server_cert(dev: pki.DevPKI, kind: str, root: Path) -> tuple[Path, Pat
     )
     key_path.chmod(0o600)
     return cert_path, key_path
-
-
-def process_cpu(pid: int) -> float:
-    """Seconds on CPU of every thread of ``pid`` (schedstat: nanoseconds, not 10 ms ticks)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
 
 
 def client_context(dev: pki.DevPKI, case: Case) -> ssl.SSLContext:

@@ -29,15 +29,9 @@ import h2.events
 
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.procfs import rss_kib
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
 
 
 class Connection:

@@ -8,7 +8,6 @@ CPU is the server process's user+system time (/proc/PID/stat) over the run, divi
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 import sys
@@ -19,11 +18,7 @@ from pathlib import Path
 from secure_orca import pki
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
-
-
-def process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from secure_orca.lab.procfs import process_cpu
 
 
 def connect_once(

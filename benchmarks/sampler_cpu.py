@@ -16,9 +16,10 @@ import time
 from typing import Any
 
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.procfs import CLOCK_TICK, process_cpu
 from secure_orca.server.sampler import Sampler
 
-from .common import CLOCK_TICK, BenchPKI, Spread, markdown_table, process_cpu
+from .common import BenchPKI, Spread, markdown_table
 
 INTERVALS = {"10ms": 0.01, "100ms": 0.1, "1s": 1.0}
 TARGET_100MS = 0.005  # CPU seconds per second (0.5% of one core)

@@ -27,6 +27,7 @@ from secure_orca.envoy import bootstrap as envoy
 from secure_orca.envoy import files
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.h2load import argv as h2load_argv
 from secure_orca.orca import report
 from secure_orca.orca.headers import OPTIN
 
@@ -87,11 +88,11 @@ def h2load(
     """Run h2load to completion (bounded by ``requests`` or ``seconds``)."""
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.tsv"
-        argv = ["h2load", f"-c{clients}", f"-m{streams}", f"--log-file={log}"]
-        argv += [f"-n{requests}"] if requests else [f"-D{int(seconds or 5)}"]
-        argv += [f"--rps={rps}"] if rps else []
-        argv += ["--h1"] if h1 else []
-        done = subprocess.run([*argv, url], capture_output=True, text=True, timeout=120, check=False)
+        duration = None if requests else int(seconds or 5)
+        argv = h2load_argv(
+            url, clients=clients, streams=streams, requests=requests, seconds=duration, rps=rps, log_file=log, h1=h1
+        )
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         statuses: dict[int, int] = {}
         latencies = []
         for line in log.read_text().splitlines() if log.exists() else []:
@@ -111,7 +112,7 @@ def h2load(
 @contextmanager
 def hot_load(replica: launch.Replica, seconds: int) -> Iterator[None]:
     """Heavy direct traffic to one replica (the KEP's leader controllers), stopped on exit."""
-    argv = ["h2load", "-c1", "-m1", f"--rps={HOT_RPS}", f"-D{seconds}", f"{replica.url}/work?cpu_ms={HOT_CPU_MS}"]
+    argv = h2load_argv(f"{replica.url}/work?cpu_ms={HOT_CPU_MS}", rps=HOT_RPS, seconds=seconds)
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield

@@ -19,6 +19,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.procfs import rss_kib
 
 from .conftest import ClientCert, fp_flags
 
@@ -61,11 +62,6 @@ async def mixed_load(url: str, dev_pki: pki.DevPKI, fp: ClientCert, clients: int
 def test_mixed_concurrent_clients_no_leak_no_misattribution(secured_replica, dev_pki, client_certs) -> None:
     outcomes = asyncio.run(mixed_load(secured_replica.url, dev_pki, client_certs["front-proxy"], 8, 60))
     assert outcomes == Counter({"proxy-with-report": 480, "bypass-clean": 480})
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ from secure_orca import pki
 from secure_orca.cli import main
 from secure_orca.cli.hpack.measure import status_warning
 from secure_orca.hpackcost.wire import Credentials, HeaderCapture, WireError, model_interval, parse_target
+from secure_orca.lab import h2load
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN as OPT_IN
 from secure_orca.orca.report import DEFAULT_DECIMALS
@@ -262,8 +263,7 @@ H2LOAD_HEADERS = re.compile(r"traffic: .*?, \S+ \((\d+)\) headers \(space saving
 
 def h2load_header_bytes(url: str, requests: int, clients: int, rps: int, headers: list[str]) -> int:
     """h2load's "headers" figure: the HEADERS frames' payloads less padding and priority (no frame headers)."""
-    extra = [arg for h in headers for arg in ("-H", h)]
-    argv = ["h2load", "-n", str(requests), "-c", str(clients), "-m", "1", "--rps", str(rps), *extra, url]
+    argv = h2load.argv(url, requests=requests, clients=clients, rps=rps, headers=headers)
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
     assert f"{requests} succeeded" in out, out
     match = H2LOAD_HEADERS.search(out)

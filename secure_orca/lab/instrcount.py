@@ -29,6 +29,7 @@ from pathlib import Path
 from secure_orca.errors import SecureOrcaError
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity, Load, run_h2load
+from secure_orca.lab.procfs import process_cpu
 
 VALGRIND = ("valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no", "--dump-instr=no")
 PINNED_ENV = {"PYTHONHASHSEED": "0"}
@@ -96,13 +97,6 @@ def ratio_range(on: Counted, off: Counted) -> tuple[float, float, float]:
     """Median, min and max of on/off, taken repeat by repeat."""
     values = [a / b for a, b in zip(on.values, off.values, strict=True)]
     return statistics.median(values), min(values), max(values)
-
-
-def process_cpu(pid: int) -> float:
-    """utime + stime of a process in seconds (/proc/<pid>/stat fields 14 and 15)."""
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
 
 
 def pinned_env(layout: int) -> dict[str, str]:

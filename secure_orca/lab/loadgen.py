@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from secure_orca.errors import SecureOrcaError
+from secure_orca.lab import h2load
 from secure_orca.orca.headers import OPTIN
 
 SHIM_SOURCE = Path(__file__).with_name("h2load_client_cert.c")
@@ -60,16 +61,6 @@ class Load:
     requests: int | None = None
     duration: float | None = None
     warmup: float | None = None
-
-    def args(self) -> list[str]:
-        out = ["-c", str(self.clients), "-m", str(self.streams), "-t", "1"]
-        if self.duration is not None:
-            out += ["-D", f"{round(self.duration * 1000)}ms"]  # h2load durations: integer and unit
-            if self.warmup:
-                out += [f"--warm-up-time={round(self.warmup * 1000)}ms"]
-        else:
-            out += ["-n", str(self.requests or self.clients)]
-        return out
 
     @property
     def label(self) -> str:
@@ -146,9 +137,18 @@ def run_h2load(
     ``patience`` seconds beyond its duration (more for a server under callgrind, which runs ~50x slower)."""
     log_file = workdir / "h2load-requests.log"
     log_file.unlink(missing_ok=True)
-    argv = [h2load_path(), *load.args(), f"--log-file={log_file}"]
-    for name, value in identity.headers().items():
-        argv += ["-H", f"{name}: {value}"]
+    argv = h2load.argv(
+        url,
+        clients=load.clients,
+        streams=load.streams,
+        threads=1,
+        requests=load.requests,
+        seconds=load.duration,
+        warmup=load.warmup,
+        headers=[f"{name}: {value}" for name, value in identity.headers().items()],
+        log_file=log_file,
+        program=h2load_path(),
+    )
     env = {"PATH": "/usr/bin:/bin"}
     if identity.cert is not None and identity.key is not None:
         env |= {
@@ -157,7 +157,7 @@ def run_h2load(
             "H2LOAD_CLIENT_KEY": str(identity.key),
         }
     timeout = patience + (load.duration or 0) + (load.warmup or 0)
-    done = subprocess.run([*argv, url], capture_output=True, text=True, env=env, timeout=timeout)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
     if done.returncode != 0:
         raise LoadError(f"h2load exited with {done.returncode}: {done.stderr[-1000:]}")
     if identity.cert is not None and "h2load_client_cert: presenting" not in done.stderr:

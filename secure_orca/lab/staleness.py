@@ -25,6 +25,7 @@ from secure_orca import pki
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.h2load import argv as h2load_argv
 from secure_orca.lab.results import Staleness
 
 POLL = 0.05  # seconds between reads of Envoy's weights
@@ -40,8 +41,7 @@ STEP_LABEL = f"/work?cpu_ms={STEP_CPU_MS} at {STEP_RPS} rps on one of two replic
 @contextmanager
 def h2load(url: str, rps: float, seconds: float, clients: int = 1) -> Iterator[None]:
     """h2load in the background: ``rps`` requests/s in total for ``seconds``, stopped on exit."""
-    per_client = max(1, round(rps / clients))
-    argv = ["h2load", f"-c{clients}", "-m1", f"--rps={per_client}", f"-D{max(1, round(seconds))}", url]
+    argv = h2load_argv(url, clients=clients, rps=rps / clients, seconds=max(1, round(seconds)))
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield

@@ -11,7 +11,6 @@ import itertools
 import socket
 import ssl
 from collections.abc import Iterator
-from pathlib import Path
 
 import hpack
 import pytest
@@ -19,6 +18,7 @@ from hyperframe.frame import ContinuationFrame, HeadersFrame
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.procfs import rss_kib
 
 from ..conftest import fp_flags
 from .wire import (
@@ -40,13 +40,6 @@ OPT_IN = "endpoint-load-metrics-request"
 def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
     with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (started,):
         yield started
-
-
-def rss_mib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) // 1024
-    raise AssertionError("no VmRSS")
 
 
 def send_until_refused(sock: ssl.SSLSocket, frames: Iterator[bytes]) -> bool:
@@ -101,7 +94,7 @@ def rapid_reset(streams: int) -> Iterator[bytes]:
 @pytest.mark.parametrize("flood", ["continuation", "hpack-bomb", "rapid-reset"])
 def test_floods_are_bounded(replica: launch.Replica, dev_pki: pki.DevPKI, flood: str) -> None:
     pid = replica.process.popen.pid
-    before, lines = rss_mib(pid), len(replica.process.lines)
+    before, lines = rss_kib(pid) // 1024, len(replica.process.lines)
     sock = connect(replica, tls_context(dev_pki, "h2"))
     preface = h2_client().data_to_send()
     encoder = hpack.Encoder()
@@ -116,7 +109,7 @@ def test_floods_are_bounded(replica: launch.Replica, dev_pki: pki.DevPKI, flood:
         sock.close()
     assert closed, "the server kept a flooding connection open"
     assert get_h2(replica, dev_pki, "/healthz").status == 200
-    assert rss_mib(pid) - before < MAX_RSS_GROWTH_MIB
+    assert rss_kib(pid) // 1024 - before < MAX_RSS_GROWTH_MIB
     assert "Traceback" not in "".join(replica.process.lines[lines:])
 
 
