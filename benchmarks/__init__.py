@@ -1,1 +1,2 @@
-"""Performance benchmarks of issue 6: run with ``python -m benchmarks.run`` (see docs/performance.md)."""
+"""Performance benchmarks: the cost of the load report on the request path. Run them with
+``python -m benchmarks.run`` (see docs/performance.md)."""

@@ -1,5 +1,5 @@
-"""Memory per HTTP/2 connection that a client leaves with its response starved of window (issue 21 row 10;
-h2spec http2/6.9.1/1: SETTINGS_INITIAL_WINDOW_SIZE=1, one request, one byte read, then gone), for
+"""Memory per HTTP/2 connection that a client leaves with its response starved of window
+(h2spec http2/6.9.1/1: SETTINGS_INITIAL_WINDOW_SIZE=1, one request, one byte read, then gone), for
 ``secure-orca serve`` and for plain hypercorn serving the same demo application.
 
     python -m benchmarks.connection_memory [CONNECTIONS]

@@ -1,4 +1,4 @@
-"""Another client's latency while anonymous clients flood the server with handshakes (issue 21 row 1, the
+"""Another client's latency while anonymous clients flood the server with handshakes (the
 audit's scale: 40 connections), as a ratio to the same client's latency without them, in one run.
 
     python -m benchmarks.handshake_flood [REQUESTS]
@@ -7,7 +7,7 @@ The victim sends REQUESTS sequential GET /healthz on one kept-alive HTTP/1.1 con
 taken with no attacker, then while bursts of 40 simultaneous handshakes (40 threads released together, each
 opening a new connection and sending no request, a burst every PAUSE seconds) offer one choice: the audit's
 ffdhe8192-only ClientHello (refused now), and the dearest choice left (P-384, TLS 1.3). Handshakes are
-counted. Target (issue 21): p99 within 2x of no attacker. (A flood without pauses is a connection-rate
+counted. Target: p99 within 2x of no attacker. (A flood without pauses is a connection-rate
 attack that no handshake policy bounds; not measured here.)
 """
 

@@ -1,5 +1,5 @@
 """Server CPU per TLS handshake for every key-exchange group and signature scheme a client can choose, as a
-ratio to the X25519 handshake of the same run (issue 21 row 1; target: none above 3x).
+ratio to the X25519 handshake of the same run (target: none above 3x).
 
     python -m benchmarks.handshakes [HANDSHAKES_PER_CASE] [ROUNDS]
 

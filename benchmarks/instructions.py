@@ -71,8 +71,8 @@ class Variant:
 
 
 def variants(bench: BenchPKI) -> list[Variant]:
-    """The identities of issue 15. A load-reader certificate mode does not exist in this code yet: when it
-    does, add its identity here (a certificate from BenchPKI and the bare opt-in) with target 1.010."""
+    """The identities whose per-request cost is counted. The load-reader certificate (option 2b) is not among
+    them yet: its identity would be a certificate from BenchPKI and the bare opt-in, with target 1.010."""
     return [
         Variant("front-proxy", "front proxy, opt-in (authorised)", bench.front_proxy(), True, 1.010),
         Variant("secret", "shared secret, opt-in (authorised)", bench.shared_secret(), True, 1.010),

@@ -1,4 +1,4 @@
-"""Issue 21 row 3: memory per connection when every stream is a POST whose body never comes.
+"""Memory per connection when every stream is a POST whose body never comes.
 
     python -m benchmarks.pending_bodies [--request-timeout 60s] [--connections 60] [--streams 100]
     python -m benchmarks.pending_bodies --bytecodes   # what BodyDeadline adds per request, deterministic

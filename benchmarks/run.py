@@ -1,4 +1,4 @@
-"""Run the performance benchmarks of issue 6 and write Markdown and JSON results.
+"""Run the performance benchmarks (the cost of the load report on the request path) and write Markdown and JSON results.
 
     python -m benchmarks.run                 # full run (about 12 minutes on 2 cores)
     python -m benchmarks.run --smoke         # small counts: checks that everything runs (CI)

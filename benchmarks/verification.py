@@ -1,4 +1,4 @@
-"""Issue 21 row 2 targets: what the certificate chains a client can present cost us to verify, against one full
+"""What the certificate chains a client can present cost us to verify, against one full
 TLS handshake, and what 15 crafted chains from one client do to another client's latency.
 
     python -m benchmarks.verification [--repeats N] [--rounds N] [--skip-latency] [--skip-instructions]

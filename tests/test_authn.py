@@ -113,7 +113,7 @@ def test_identity_headers_are_stripped_in_any_spelling() -> None:
 
 
 def test_configured_names_with_underscores_are_stripped_in_every_spelling() -> None:
-    """Issue 21 row 5: configured names are folded like received ones (case, ``_`` and ``-``)."""
+    """Configured names are folded like received ones (case, ``_`` and ``-``)."""
     config = RequestHeaderConfig(("X_User",), ("X-Remote-Uid",), ("X_Group",), ("X_Extra_",))
     strip = IdentityHeaders([requestheader.STANDARD, config])
     names = ["x_user", "X-USER", "x-user", "x_group", "X-Group", "x_extra_scopes", "X-EXTRA-reason", "x-users", "x"]

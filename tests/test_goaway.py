@@ -197,7 +197,7 @@ def test_http11_rotation_closes_after_the_response(rotating, dev_pki) -> None:
 
 
 def test_rotation_is_off_by_default(dev_pki: pki.DevPKI) -> None:
-    """Issue 21 item 10: kube-apiserver has no per-connection request limit (and --goaway-chance 0), so a load
+    """kube-apiserver has no per-connection request limit (and --goaway-chance 0), so a load
     balancer's connection is never rotated unless asked: 1,050 requests on one connection, no GOAWAY."""
     from .hostile.wire import connect, h2_client, read_streams, tls_context
 

@@ -127,7 +127,7 @@ def size_update(size: int) -> bytes:
 
 
 def test_a_size_announced_twice_is_still_signalled() -> None:
-    """Issue 21 row 11: hpack 4.2 sets ``resized`` from the last change only, so the same size announced twice
+    """hpack 4.2 sets ``resized`` from the last change only, so the same size announced twice
     before the next header block dropped the update the first one required (RFC 7541 section 4.2)."""
     encoder = IndexedEncoder()
     encoder.header_table_size = 1000
@@ -150,7 +150,7 @@ def test_a_peer_decoder_follows_whatever_sizes_are_announced() -> None:
 
 @pytest.mark.parametrize("announced", [2**32 - 1, 65536, 4097])
 def test_the_table_is_bounded_whatever_the_client_announces(announced: int) -> None:
-    """Issue 21 row 12: a client announcing 2^32-1 grew one connection by 13.7 MB. RFC 7541 section 4.2 lets the
+    """A client announcing 2^32-1 grew one connection by 13.7 MB. RFC 7541 section 4.2 lets the
     encoder choose any size up to the announced maximum: it keeps 4096, and needs no update to say so."""
     encoder = IndexedEncoder()
     encoder.header_table_size = announced

@@ -1,4 +1,4 @@
-"""kubectl through Envoy as kube's authenticating front proxy (issue 11): each kind of user is itself on the
+"""kubectl through Envoy as kube's authenticating front proxy: each kind of user is itself on the
 replica behind it, whichever option the load balancer uses to read load; the weights still follow the reports."""
 
 from __future__ import annotations

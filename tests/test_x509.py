@@ -14,7 +14,7 @@ from tests import x509corpus as shapes
 
 
 def test_an_end_marker_glued_to_the_base64_ends_no_block() -> None:
-    """Issue 22: Go's pem.Decode needs the END marker at the start of a line; a block whose END follows the
+    """Go's pem.Decode needs the END marker at the start of a line; a block whose END follows the
     base64 on the same line is skipped, and only the next block is read (Go reads 1 CA here, not 2)."""
     first, second = shapes.root(), shapes.root("second-ca")
     glued = shapes.pem(first.der).replace(b"\n-----END", b"-----END")
@@ -120,7 +120,7 @@ def test_mutated_ca_bundles_are_read_or_refused_never_raise(position: int, byte:
         parse.parse_certificate(block)
 
 
-# Verdicts Go 1.26.0 gives on shapes the audit of issue 21 found (tests/test_x509_differential.py checks them
+# Verdicts Go 1.26.0 gives on shapes a review of our verifier found (tests/test_x509_differential.py checks them
 # against real Go where a Go toolchain is installed; these hold without one).
 GO_VERDICTS = {
     "constraints/ip-unmasked-permitted-in-wide": False,

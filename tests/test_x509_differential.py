@@ -48,7 +48,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     "chains/signature-checks-at-limit": (
         "refuse",
         "the server refuses chains of more than 8 certificates without verifying them (a bound on the work one"
-        " handshake can cause, issue 14 item 5); Go verifies up to its 100-signature limit",
+        " handshake can cause); Go verifies up to its 100-signature limit",
     ),
     "extensions/policies-everywhere-and-require-explicit": (
         "refuse",

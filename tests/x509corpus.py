@@ -508,7 +508,7 @@ def ip_constraint(address: str, mask: str) -> bytes:
 
 def _go_126_constraint_cases(c: Corpus) -> None:
     """Go 1.26's constraints.go (sorted, pruned sets searched by lower bound) where it differs from "any
-    constraint matches" (issue 21 row 6)."""
+    constraint matches"."""
 
     def with_constraints(value: bytes) -> Node:
         base = root("constrained-ca")
@@ -855,7 +855,7 @@ def _algorithm_cases(c: Corpus) -> None:
     c.add("algorithms/rsa1024-root", [small], [leaf(small)])
     odd_exponent = root(key=rsa.generate_private_key(3, 2048))
     c.add("algorithms/rsa-exponent-3-root", [odd_exponent], [leaf(odd_exponent)])
-    # Go refuses an RSA exponent above 2^31-1 before any modular exponentiation (issue 21 rows 2 and 6).
+    # Go refuses an RSA exponent above 2^31-1 before any modular exponentiation.
     for label, exponent in (
         ("2^31-1", GO_MAX_EXPONENT),
         ("2^31+11", PRIME_ABOVE_GO_MAX),
@@ -1064,7 +1064,7 @@ def _bundle_cases(c: Corpus) -> None:
     c.add("bundle/no-certificate-block", key_block, [end])
     critical = extended(ca, ca.key, "1.3.6.1.4.1.55555.2", b"\x05\x00", True)
     c.add("bundle/unknown-critical-ca-alongside", pem(critical.der) + second_pem, [end])
-    # Go's pem.Decode needs "\n-----END " (issue 22): an END marker that follows the base64 on its line ends no
+    # Go's pem.Decode needs "\n-----END ": an END marker that follows the base64 on its line ends no
     # block, and Decode looks on for the next BEGIN.
     glued = second_pem.replace(b"\n-----END", b"-----END")
     c.add("bundle/end-on-base64-line-signer-first", glued + ca_pem, [end])

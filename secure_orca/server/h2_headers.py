@@ -146,7 +146,7 @@ class IndexedEncoder(Encoder):
     @header_table_size.setter
     def header_table_size(self, value: int) -> None:
         """The peer's SETTINGS_HEADER_TABLE_SIZE: the table uses at most ``MAX_TABLE_SIZE`` of it (RFC 7541 section
-        4.2 lets the encoder choose any size up to the announced maximum; issue 21 row 12), and every size it
+        4.2 lets the encoder choose any size up to the announced maximum), and every size it
         changes to is signalled at the start of the next block. hpack 4.2's setter sets ``resized`` from the
         last change alone, so an announcement that changed nothing dropped an update still pending (row 11)."""
         size = min(int(value), MAX_TABLE_SIZE)

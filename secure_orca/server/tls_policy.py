@@ -12,7 +12,7 @@ since 3.x began); it is trusted only once ``SSL_CTX_get_options`` through it ret
 Groups: exactly Go's crypto/tls defaults without post-quantum hybrids, which OpenSSL 3.0 lacks
 (``defaultCurvePreferences`` in golang/go src/crypto/tls/defaults.go at 5121b45d7426687076c20ae0f4fcae1238f3ed47:
 X25519, P-256, P-384, P-521). No finite-field group: a TLS 1.3 ClientHello offering only ffdhe8192 cost the server
-about 120 ms of CPU on the event loop (issue 21 row 1). TLS 1.2 suites: ECDHE with AEAD only, as Go offers
+about 120 ms of CPU on the event loop. TLS 1.2 suites: ECDHE with AEAD only, as Go offers
 (no finite-field DHE, no RSA key exchange, no CBC).
 """
 

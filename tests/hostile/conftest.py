@@ -15,7 +15,7 @@ from .wire import assert_nothing_in_flight, in_flight
 
 @pytest.fixture(autouse=True)
 def in_flight_back_to_zero(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Issue 21: after every hostile test whose server reports its load to the dev PKI's secret, the report's
+    """After every hostile test whose server reports its load to the dev PKI's secret, the report's
     ``in_flight_requests`` is back to 0. A server that serves no report to that secret (another PKI, the
     feature off) has no gauge to read; which ones were checked is decided before the test runs."""
     checked: list[tuple[Replica, pki.DevPKI]] = []

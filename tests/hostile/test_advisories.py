@@ -1,4 +1,4 @@
-"""Issue 21 item 8: the advisories of peer gateways, each held as a test against a live ``serve`` with a
+"""The advisories of peer gateways, each held as a test against a live ``serve`` with a
 ``--proxy`` upstream that records what it receives.
 
 - CVE-2023-27493 (Envoy): certificate fields copied into headers unescaped. A client certificate whose CN or

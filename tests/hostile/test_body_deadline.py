@@ -1,4 +1,4 @@
-"""Issue 21 row 3 and item 3: every request body has a deadline, on every route, as kube's --request-timeout
+"""Every request body has a deadline, on every route, as kube's --request-timeout
 gives every non-long-running request one (default 60s). A POST whose body never comes used to wait forever
 on the demo's selfsubjectreviews (60 connections x 100 such streams: +100 MiB, still pending after 70 s); now
 it is answered 408 once --request-timeout has passed, and at most MAX_PENDING_BODIES requests of one
@@ -75,7 +75,7 @@ def in_flight(replica: launch.Replica, dev_pki: pki.DevPKI, front_proxy: ClientC
 
 
 def test_the_report_counts_no_stalled_request_once_answered(replica, dev_pki, client_certs) -> None:
-    """Issue 21 "done when": after the stalled POSTs are answered, in_flight_requests is back to 0."""
+    """After the stalled POSTs are answered, in_flight_requests is back to 0."""
     client = H2Client.connect(replica, dev_pki.cert("ca"))
     try:
         posts = [client.start("POST", REVIEW) for _ in range(10)]

@@ -1,4 +1,4 @@
-"""Issue 14 items 4 and 5: the front-proxy chain cache, fed by whatever chains clients present.
+"""The front-proxy chain cache, fed by whatever chains clients present.
 
 Real certificates from the project's PKI generator; the cache and verifier are pure (time is passed in).
 """
@@ -91,7 +91,7 @@ def _renewed_bundle(start: dt.datetime) -> tuple[list[x509.Certificate], str]:
 
 
 def test_a_ca_renewed_with_the_same_key_keeps_granting_once_the_old_one_expires() -> None:
-    """Issue 21 row 4: Go grants through the renewed certificate once the old one expires; so must a result
+    """Go grants through the renewed certificate once the old one expires; so must a result
     made while both were valid (the memo reuses it without a lookup) and every later lookup, for every trust."""
     bundle, leaf = _renewed_bundle(NOW)
     later = NOW + 2 * HOUR

@@ -1,4 +1,4 @@
-"""Issue 21 row 2: a --client-ca-file chain being verified must not stop the event loop. The x509 authenticator's
+"""A --client-ca-file chain being verified must not stop the event loop. The x509 authenticator's
 verification is held open (the verifier waits on an event) while another connection's request is answered;
 counted, never timed."""
 

@@ -101,7 +101,7 @@ def test_grant_ends_the_microsecond_the_certificate_expires(monkeypatch: pytest.
 
 
 def test_a_certificate_refused_before_its_not_before_is_granted_once_valid(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The memo must not keep a refusal that time alone lifts (issue 14 item 4, on the same connection)."""
+    """The memo must not keep a refusal that time alone lifts (on the same connection)."""
     start = dt.datetime.now(dt.UTC).replace(microsecond=0)
     not_before = start + dt.timedelta(minutes=10)
     leaf = pki.issue(FP_CA, "front-proxy-client", not_before=not_before, not_after=not_before + dt.timedelta(days=1))

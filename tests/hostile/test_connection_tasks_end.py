@@ -1,4 +1,4 @@
-"""Issue 21 row 10: every connection task ends. h2spec http2/6.9.1/1 (SETTINGS_INITIAL_WINDOW_SIZE=1, then a
+"""Every connection task ends. h2spec http2/6.9.1/1 (SETTINGS_INITIAL_WINDOW_SIZE=1, then a
 request, then the client leaves) left the response waiting for flow control forever: its task, its buffers and
 its request in ``in_flight_requests`` stayed (about 530 KB per connection). Then SIGTERM: the server ends the
 connections still open after the graceful period itself, with no traceback."""

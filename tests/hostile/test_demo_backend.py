@@ -1,4 +1,4 @@
-"""Issue 14 item 8: the demo backend is not a weapon. /work exists only where the operator turned it on, its
+"""The demo backend is not a weapon. /work exists only where the operator turned it on, its
 parameters are bounded, it burns CPU off the event loop, and no client can make it report errors."""
 
 from __future__ import annotations

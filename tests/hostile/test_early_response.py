@@ -84,7 +84,7 @@ def test_frames_after_an_early_response_touch_only_their_stream(
 
 
 def test_an_unread_body_never_blocks_the_other_streams(replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
-    """Issue 21 row 9: a request answered without reading its body (the demo's /work, which takes a while),
+    """A request answered without reading its body (the demo's /work, which takes a while),
     whose DATA frames arrive before the answer: more than hypercorn's per-stream queue of 10 holds. hypercorn
     awaited that queue inline in the connection's reader, so every other stream of the connection stopped for
     good, and the request never left ``in_flight`` (its task waited to queue http.disconnect)."""

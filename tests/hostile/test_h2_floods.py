@@ -159,7 +159,7 @@ def test_the_server_is_still_whole(replica: launch.Replica, dev_pki: pki.DevPKI)
 
 
 def test_a_priority_flood_is_ignored_without_a_traceback(replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
-    """Issue 21 row 8: 1,001 PRIORITY frames for idle streams overflowed hypercorn's priority tree (1,000
+    """1,001 PRIORITY frames for idle streams overflowed hypercorn's priority tree (1,000
     streams): "Unhandled exception", a traceback per connection, the connection gone. RFC 9113 section 5.3.2
     deprecates the priority signals and lets a server ignore them; the connection goes on serving."""
     with connect(replica, tls_context(dev_pki, "h2")) as sock:

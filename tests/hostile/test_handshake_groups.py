@@ -1,4 +1,4 @@
-"""Issue 21 row 1: no anonymous amplification at the handshake.
+"""No anonymous amplification at the handshake.
 
 A TLS 1.3 ClientHello offering only ffdhe8192 cost the server about 120 ms of CPU on its event loop, with no
 credentials. The server now offers exactly Go's key-exchange groups (X25519, P-256, P-384, P-521) and, for TLS 1.2,

@@ -176,7 +176,7 @@ def test_configured_header_names_are_believed_from_the_proxy_only_and_never_pass
 def test_configured_names_with_underscores_never_reach_the_upstream(
     dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert], backend_url: str, protocol: str
 ) -> None:
-    """Issue 21 row 5 (kube's NCC-E003660-YVU class): with configured names spelled with ``_``, a client sent
+    """kube's NCC-E003660-YVU class (its 2019 security audit): with configured names spelled with ``_``, a client sent
     ``x_user: system:admin`` and the upstream got it beside our own X-Remote-User. Every spelling of every
     configured name and prefix (case, ``_`` or ``-``) is removed; the front proxy is still believed."""
     custom = [

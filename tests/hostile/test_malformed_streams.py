@@ -1,4 +1,4 @@
-"""Issue 21 row 7: malformed HTTP/2 is a stream's problem. A non-ASCII ``:method`` ended every stream of its
+"""Malformed HTTP/2 is a stream's problem. A non-ASCII ``:method`` ended every stream of its
 connection (500, connection dead); a non-ASCII or upper-case header name, an empty ``:path``, ``host`` naming
 another authority than ``:authority``, and pseudo-headers in trailers made h2 end the connection (GOAWAY).
 RFC 9113 section 8.1.1: a malformed request is a stream error of type PROTOCOL_ERROR; here the malformed

@@ -1,4 +1,4 @@
-"""Issue 14 item 12: no client can write a traceback into the log. Each odd request gets a clean 4xx (or a
+"""No client can write a traceback into the log. Each odd request gets a clean 4xx (or a
 stream reset) and adds at most one log line; the server keeps answering."""
 
 from __future__ import annotations

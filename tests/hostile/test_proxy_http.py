@@ -1,4 +1,4 @@
-"""Issue 21 row 13: the ``--proxy`` speaks HTTP/1.1 correctly to an upstream we did not write (Python's
+"""The ``--proxy`` speaks HTTP/1.1 correctly to an upstream we did not write (Python's
 ``http.server``, keep-alive). A body-less request goes up with no body and no ``Transfer-Encoding`` (it used
 to go up chunked with an empty body: the upstream read the trailing ``0`` as a new request, answered 400,
 and the next requests on that connection got 502), and a proxied response carries one ``date`` and one

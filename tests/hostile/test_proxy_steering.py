@@ -1,4 +1,4 @@
-"""Issue 14 item 1: a request reaches only its route's upstream, under its prefix, whatever its raw path.
+"""A request reaches only its route's upstream, under its prefix, whatever its raw path.
 
 Before the fix the upstream URL was the route's URL joined with the raw path: ``%2F...@host:port`` turned
 the upstream's address into userinfo and sent the request to the loopback metrics listener, which answered

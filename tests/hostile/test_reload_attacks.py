@@ -1,4 +1,4 @@
-"""Issue 14 items 2, 3 and 9: broken or hostile credential files on a live server.
+"""Broken or hostile credential files on a live server.
 
 A reload never widens trust (an emptied allowed-names file is refused and counted), each file reloads on its
 own (a bad file never blocks revocation through another), a refused file is retried until good (a mode fix

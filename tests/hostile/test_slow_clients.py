@@ -1,4 +1,4 @@
-"""Issue 14 item 7 and slow clients: uploads whose bodies never arrive must not starve proxied routes, and
+"""Slow clients: uploads whose bodies never arrive must not starve proxied routes, and
 slow headers, slow bodies and clients that never read must not stop the server answering others."""
 
 from __future__ import annotations

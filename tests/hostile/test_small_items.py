@@ -1,4 +1,4 @@
-"""Issue 14 item 13: the smaller holes. Each test names what it guards."""
+"""The smaller holes. Each test names what it guards."""
 
 from __future__ import annotations
 

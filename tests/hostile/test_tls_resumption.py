@@ -1,8 +1,8 @@
-"""Issue 14 item 10 and TLS resumption across identities.
+"""TLS resumption across identities.
 
 A load balancer resumes sessions. Before the fix a front proxy chaining through an intermediate got reports
 on a fresh connection and none on a resumed one (TLS 1.2 and 1.3): a session ticket carries the leaf, not
-the intermediates. Where client certificates are requested no session is resumed at all (issue 21 item 10):
+the intermediates. Where client certificates are requested no session is resumed at all:
 no tickets, and no server-side session cache, so TLS 1.2 session-ID resumption is off too.
 """
 

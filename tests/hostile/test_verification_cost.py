@@ -1,4 +1,4 @@
-"""Issue 21 row 2: chain verification that a client cannot make expensive. Counts signature operations (public-key
+"""Chain verification that a client cannot make expensive. Counts signature operations (public-key
 operations run), never wall time."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 21 row 2: a chain being verified must not stop the event loop. A verification held open (the verifier
+"""A chain being verified must not stop the event loop. A verification held open (the verifier
 waits on an event) while another connection's request is answered; counted, never timed."""
 
 from __future__ import annotations

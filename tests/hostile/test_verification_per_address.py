@@ -1,4 +1,4 @@
-"""Issue 21 row 2: the signature work one client address buys is bounded over time, not only per verification.
+"""The signature work one client address buys is bounded over time, not only per verification.
 One client opens 15 connections (the audit's scale), each presenting a new leaf and 7 crafted RSA-8192
 "intermediates" named as its issuer (each a signature check that fails): counted in signature operations and
 their cost, never timed."""
