@@ -16,10 +16,10 @@ from .common import BenchPKI, Load, inprocess_server, markdown_table, run_h2load
 COMPONENTS = [
     (
         "feature: middleware, policy, opt-in, chain cache",
-        ("secure_orca/middleware.py", "secure_orca/authz.py", "secure_orca/optin.py"),
+        ("secure_orca/server/middleware.py", "secure_orca/authz/", "secure_orca/orca/optin.py", "secure_orca/x509/"),
     ),
-    ("server TLS glue (secure_orca/server.py)", ("secure_orca/server.py",)),
-    ("demo backend", ("secure_orca/demo.py", "secure_orca/asgi.py", "uuid.py", "json/")),
+    ("server TLS glue (secure_orca/server/adapter.py)", ("secure_orca/server/adapter.py",)),
+    ("demo backend", ("secure_orca/server/demo.py", "secure_orca/server/asgi.py", "uuid.py", "json/")),
     ("hypercorn", ("hypercorn/",)),
     ("h2 + hpack (pure-Python HTTP/2)", ("/h2/", "/hpack/")),
     ("asyncio + ssl (stdlib event loop, TLS records)", ("asyncio/", "ssl.py", "selectors.py")),
