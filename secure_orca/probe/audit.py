@@ -79,6 +79,7 @@ def _looks_like_report(value: bytes) -> bool:
 
 # Response names that carry a report somewhere in the ecosystem: ours, and Envoy's JSON header name of some versions.
 REPORT_NAMES = ORCA_HEADERS
+STREAM_FOUND = "grpc OrcaLoadReport message"  # find_orca's name for a report streamed by StreamCoreMetrics
 
 
 def find_orca(
@@ -95,7 +96,7 @@ def find_orca(
                 found.append(f"{where} {lowered}")
     grpc = any(n.lower() == b"content-type" and v.lower().startswith(oob.CONTENT_TYPE) for n, v in headers)
     if grpc and oob.parse_report(body) is not None:
-        found.append("grpc OrcaLoadReport message")
+        found.append(STREAM_FOUND)
     return found
 
 
@@ -223,7 +224,6 @@ class TimingResult:
 
 # --- causes: leaking vectors grouped by the request shape that leaked (pure) ------------------------------
 
-STREAM_FOUND = "grpc OrcaLoadReport message"  # find_orca's name for a report streamed by StreamCoreMetrics
 _ASKING = (OPTIN, FORMAT_HEADER)  # the request header names that ask for a report, ours and the ecosystem's
 ANY_CLIENT = "any client"
 CauseKind = Literal["report", "identity"]
