@@ -1,4 +1,4 @@
-"""Issue 26 row 5: a client sharing the load balancer's address (or IPv6 /64) spends that address's signature
+"""A client sharing the load balancer's address (or IPv6 /64) spends that address's signature
 budget. Its refusal is that address's, never the chain's: the same chain from another address is verified, not
 refused from a shared cache. And the budget is charged the work done: decoy RSA-8192 "issuers" of a certificate
 signed with a 2048-bit key run no public-key operation and cost nothing (counted in cost units, never timed)."""

@@ -1,4 +1,4 @@
-"""Issue 26 row 3: the out-of-band stream verifies its caller's chain as the in-band path does, in a worker
+"""The out-of-band stream verifies its caller's chain as the in-band path does, in a worker
 thread and charged to the caller's address, when it opens and again after a credential reload. The server is
 assembled in process from ``serve``'s flags; the stream is driven over ASGI; every chain verification records
 the thread it ran on and the address it was charged to (counted, never timed)."""
