@@ -2,7 +2,7 @@
 the capacity accounting and the write deadline as data (pure: no I/O, no clock; the shell is
 ``secure_orca.server.oob``).
 
-Capacity is divided so that no identity can take another's (issue 26 row 4):
+Capacity is divided so that no identity can take another's:
 
 - ``total``: streams open at once, all identities together;
 - ``per_connection``: streams on one connection;

@@ -8,7 +8,7 @@ client's address), re-checked at every report and whenever a reload swaps the Au
 revoked or expired certificate's stream ends at once with PERMISSION_DENIED. Refusals are trailers-only and read
 nothing of the request body. Server shutdown and connection rotation (GOAWAY) end a stream with UNAVAILABLE.
 
-Slots and deadlines (issue 26 row 4) are decided by ``secure_orca.authz.streams``: capacity per connection, per
+Slots and deadlines are decided by ``secure_orca.authz.streams``: capacity per connection, per
 certificate and in total, with a share only the front proxy may use; a stream's slot is given back before
 anything more is sent on it. A stream whose report has not left the server within the write deadline (its
 reader announced no flow-control window, or stopped reading) is reset. Reports never queue behind an unread one.

@@ -1,4 +1,4 @@
-"""Issue 26 row 4: the out-of-band stream's slots are shared so that one identity cannot take another's, and a
+"""The out-of-band stream's slots are shared so that one identity cannot take another's, and a
 stream that cannot be written gives its slot back at once. Real TLS and HTTP/2 frame by frame (the h2 library);
 a reader that "never reads" announces a zero flow-control window (SETTINGS_INITIAL_WINDOW_SIZE 0): the server
 can send it headers but no DATA, so its first report stays unsent for ever."""
