@@ -1,4 +1,4 @@
-"""Another client's p99 while an anonymous client floods a server whose audit log is on (issue 26 row 1), under the
+"""Another client's p99 while an anonymous client floods a server whose audit log is on, under the
 hostile flood and under its control, in one run.
 
     python -m benchmarks.audit_flood [--rounds 5 --requests 600 --samples 200] [-- SERVE FLAGS]
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.common import process_cpu
 from secure_orca.credentials import devpki
 from secure_orca.lab import loadgen
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.procfs import process_cpu
 
 PATH_BYTES = 24 * 1024
 PARTS, PART_CHARS = 4800, 6

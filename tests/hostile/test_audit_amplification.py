@@ -1,4 +1,4 @@
-"""Issue 26 rows 1 and 2: no client makes the audit writer work for it, and no spelling of a credential is written.
+"""No client makes the audit writer work for it, and no spelling of a credential is written.
 
 Row 1 (HIGH): an ``Authorization: Bearer`` followed by 4,800 random 6-character parts made every part a credential
 to search for in every string of the event (O(parts x length), in the writer thread but under the GIL), and the
