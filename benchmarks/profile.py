@@ -18,7 +18,7 @@ COMPONENTS = [
         "feature: middleware, policy, opt-in, chain cache",
         ("secure_orca/server/middleware.py", "secure_orca/authz/", "secure_orca/orca/optin.py", "secure_orca/x509/"),
     ),
-    ("server TLS glue (secure_orca/server/adapter.py)", ("secure_orca/server/adapter.py",)),
+    ("server HTTP/2 and TLS glue (secure_orca/server/http/)", ("secure_orca/server/http/",)),
     ("demo backend", ("secure_orca/server/demo.py", "secure_orca/server/asgi.py", "uuid.py", "json/")),
     ("hypercorn", ("hypercorn/",)),
     ("h2 + hpack (pure-Python HTTP/2)", ("/h2/", "/hpack/")),
