@@ -25,6 +25,7 @@ from secure_orca.credentials import devpki
 from secure_orca.lab import loadgen
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity, Load, LoadResult
+from secure_orca.lab.procfs import process_cpu
 from secure_orca.orca.headers import REPORT as REPORT_HEADER
 from secure_orca.server import assembly
 from secure_orca.server.config import build_config
