@@ -165,11 +165,17 @@ class TrustService:
                 self._in_flight[slot] = pending
                 pending.add_done_callback(lambda done: self._store(cache, key, slot, done))
             await asyncio.shield(pending)
+            # Store now, not only in its done callback: a future that has already finished is awaited without a
+            # turn of the loop, so a waiter that came late would otherwise loop here, never letting it run.
+            self._store(cache, key, slot, pending)
             if mine:
                 return
 
     def _store(self, cache: ChainCache, key: bytes, slot: tuple[int, bytes], done: asyncio.Future[Cached]) -> None:
-        if self._in_flight.get(slot) is done:
-            del self._in_flight[slot]
+        """Keep a finished verification's result, once: whichever of its done callback and its first waiter
+        comes first stores it; the other finds the slot no longer holding it."""
+        if self._in_flight.get(slot) is not done:
+            return
+        del self._in_flight[slot]
         if not done.cancelled() and done.exception() is None:
             cache.store(key, done.result())
