@@ -80,8 +80,9 @@ def test_empty_chain_is_no_certificate() -> None:
 
 
 def test_grant_bounded_by_chain_validity() -> None:
-    result = ChainVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
-    assert result.holds_at(NOW) and not result.holds_at(NOW + dt.timedelta(days=3650))
+    now = dt.datetime.now(dt.UTC)  # the leaf is issued now, not when the module was imported
+    result = ChainVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], now)
+    assert result.holds_at(now) and not result.holds_at(now + dt.timedelta(days=3650))
 
 
 def test_secret_set_matches_any_rotated_secret_only() -> None:
