@@ -16,7 +16,7 @@ from secure_orca.authz.secrets import SecretSet
 from secure_orca.server import middleware as middleware_module
 from secure_orca.server import trust as trust_module
 from secure_orca.x509.chainverifier import ChainVerifier
-from tests.test_middleware import FP_CA, FP_PEM, OPT_IN, SECRET, call, make, orca
+from tests.inprocess import FP_CA, FP_PEM, OPT_IN, SECRET, call, make, orca
 
 OPTIN_NAME = OPT_IN[0]
 

@@ -12,7 +12,7 @@ from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.trust import CONNECTION_KEY
 from secure_orca.x509.chainverifier import ChainResult
 from tests.asgi_call import run_asgi
-from tests.test_middleware import FP_PEM, OPT_IN, make, orca
+from tests.inprocess import FP_PEM, OPT_IN, make, orca
 
 
 async def request(middleware: LoadReportMiddleware, chain: list[str] | None, memo: ConnectionMemo) -> list[Any]:

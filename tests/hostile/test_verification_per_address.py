@@ -17,7 +17,7 @@ from secure_orca.x509.budget import CAPACITY, RATE, AddressBudget, address_key
 from secure_orca.x509.verify import MAX_VERIFICATION_COST
 from tests import x509corpus as shapes
 from tests.asgi_call import run_asgi
-from tests.test_middleware import FP_PEM, OPT_IN, make, orca
+from tests.inprocess import FP_PEM, OPT_IN, make, orca
 
 ATTACKER, OTHER = "198.51.100.7", "203.0.113.9"
 
