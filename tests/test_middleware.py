@@ -14,7 +14,7 @@ from secure_orca.authz.policy import Policy
 from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.sampler import Sampler
 from secure_orca.server.trust import TrustService
-from tests.inprocess import FP_PEM, OPT_IN, OTHER_PEM, SECRET, call, make, orca
+from tests.inprocess import FP_PEM, OPT_IN, OTHER_PEM, SECRET, Backend, call, make, orca
 
 
 @pytest.mark.parametrize(
