@@ -3,6 +3,7 @@ editable install."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 import sys
@@ -27,13 +28,16 @@ print(json.dumps(origins))
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    # setuptools builds in the source tree's build/: two xdist workers building at once collide there
+    with open(tmp_path_factory.getbasetemp().parent / "wheel-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(ROOT)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     if build.returncode != 0:
         pytest.fail(f"pip wheel failed:\n{build.stderr[-2000:]}")
     (built,) = out.glob("secure_orca-*.whl")
