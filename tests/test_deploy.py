@@ -9,6 +9,7 @@ import argparse
 import base64
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,7 +28,8 @@ from secure_orca.cli import deploy as deploy_cli
 from secure_orca.deploy import manifests as m
 from secure_orca.deploy import yamltext
 from secure_orca.envoy import files as envoy_files
-from secure_orca.server.sampler import parse_cpu_max, parse_memory_limit
+from secure_orca.server.sampler import Sources, parse_cpu_max, parse_memory_limit
+from secure_orca.workers.supervisor import default_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = ("front-proxy,shared-secret", "front-proxy", "shared-secret", "load-reader", "header-only")
@@ -199,6 +201,24 @@ def test_resources_are_what_the_sampler_reads_back(generated: tuple[str, list[di
     written = m.Resources(cpu, mib).cgroup()
     assert parse_cpu_max(written["cpu.max"]) == cpu / 1000
     assert parse_memory_limit(written["memory.max"], 64 << 30) == mib << 20
+
+
+@pytest.mark.parametrize("milli_cpu", [100, 1000, 1001, 1500, 2000])
+def test_workers_follow_the_cpu_request(milli_cpu: int, tmp_path: Path) -> None:
+    """``--workers`` in the manifest is what ``--workers 0`` reads from the cgroup kubelet writes for the request."""
+    deployment = m.Deployment(resources=m.Resources(milli_cpu, 256))
+    args = m.serve_args("front-proxy", deployment)
+    (flag,) = [a for a in args if a.startswith("--workers=")]
+    root = tmp_path / "root"
+    cgroup = root / "sys/fs/cgroup"
+    cgroup.mkdir(parents=True)
+    (cgroup / "cgroup.controllers").write_text("cpu memory\n")
+    (cgroup / "cpu.max").write_text(m.Resources(milli_cpu, 256).cgroup()["cpu.max"])
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/cgroup").write_text("0::/\n")
+    if milli_cpu > 1000 * len(os.sched_getaffinity(0)):
+        pytest.skip("above this machine's CPUs the usable count caps --workers 0")
+    assert int(flag.removeprefix("--workers=")) == default_workers(Sources(root))
 
 
 def test_probes_and_disruption_budget(generated: tuple[str, list[dict[str, Any]]]) -> None:

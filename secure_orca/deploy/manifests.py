@@ -79,6 +79,11 @@ class Resources:
         quota = max(self.milli_cpu * 100_000 // 1000, 1000)
         return {"cpu.max": f"{quota} 100000", "memory.max": str(self.memory_mib * 1024 * 1024)}
 
+    @property
+    def workers(self) -> int:
+        """``serve --workers`` for this CPU request: one per CPU, rounded up, as ``--workers 0`` reads the quota."""
+        return max(1, -(-self.milli_cpu // 1000))
+
 
 @dataclass(frozen=True)
 class Deployment:
@@ -260,6 +265,7 @@ def serve_args(option: str, deployment: Deployment) -> list[str]:
         f"--endpoint-load-metrics-auth={option}",
         f"--metrics-bind-address=0.0.0.0:{METRICS_PORT}",
         "--audit-log-path=-",
+        f"--workers={deployment.resources.workers}",
     ]
     if "front-proxy" in modes:
         args.append(f"--requestheader-client-ca-file={_file('secure-orca-front-proxy-ca', 'ca.crt')}")
