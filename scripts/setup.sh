@@ -18,4 +18,4 @@ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || {
   echo "setup: a C compiler is needed for the h2load client-certificate shim (apt-get install gcc)" >&2; exit 1; }
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test,envoy,plot,peers]"
+.venv/bin/python -m pip install -q -e ".[test,envoy,plot,peers,uvloop]"

@@ -16,7 +16,7 @@ import asyncio
 import errno
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -160,5 +160,15 @@ def _serve(server: Server) -> int:
             loop.add_signal_handler(sig, stop.set)
         await server.run(stop.wait)
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=_loop_factory(server.config.serving.event_loop)) as runner:
+        runner.run(main())
     return 0
+
+
+def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """``--event-loop``: None is asyncio's own; uvloop's loop where asked (validated as installed)."""
+    if name != "uvloop":
+        return None
+    import uvloop
+
+    return uvloop.new_event_loop

@@ -4,6 +4,8 @@ certificate, request deadlines, connection rotation, /metrics and how often cred
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from secure_orca.server.metrics import parse_address
 from secure_orca.server.options.common import problem, value, within
 
 MAX_WORKERS = 64
+EVENT_LOOPS = ("asyncio", "uvloop")
 
 
 @dataclass
@@ -28,6 +31,7 @@ class ServingConfig:
     metrics_address: str = ""
     reload_interval: float = 1.0
     workers: int = 1  # --workers; 0: one per CPU of the cgroup's quota, resolved when serving starts
+    event_loop: str = "asyncio"  # --event-loop: asyncio (the standard library's) or uvloop (the uvloop extra)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +71,13 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "(default 1)",
     )
     a(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=os.environ.get("SECURE_ORCA_EVENT_LOOP", "asyncio"),
+        help="the event loop each worker runs: asyncio (the standard library's) or uvloop (pip install "
+        "'secure-orca[uvloop]'; docs/performance.md measures both); default: $SECURE_ORCA_EVENT_LOOP, else asyncio",
+    )
+    a(
         "--certs-dir",
         type=Path,
         default=Path("certs"),
@@ -89,6 +100,10 @@ def validate(args: argparse.Namespace) -> list[str]:
         out.append("--max-requests-per-connection: must be 0 (never rotate) or more")
     if not 0 <= args.workers <= MAX_WORKERS:
         out.append(f"--workers: {args.workers} is not between 0 and {MAX_WORKERS}")
+    if args.event_loop not in EVENT_LOOPS:  # argparse checks a given flag, not a default from the environment
+        out.append(f"SECURE_ORCA_EVENT_LOOP: {args.event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
+    elif args.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        out.append("--event-loop uvloop: uvloop is not installed (pip install 'secure-orca[uvloop]')")
     if not 0.0 <= args.goaway_chance <= 0.02:
         out.append(f"--goaway-chance: {args.goaway_chance} is not between 0 and 0.02")
     out += within("--request-timeout", lambda: parse_duration(args.request_timeout), 0.01, 3600, "10ms and 1h")
@@ -112,4 +127,5 @@ def to_config(args: argparse.Namespace, dev: DevPKI | None) -> ServingConfig:
         metrics_address=args.metrics_bind_address,
         reload_interval=value("--credential-reload-interval", lambda: parse_duration(args.credential_reload_interval)),
         workers=args.workers,
+        event_loop=args.event_loop,
     )
