@@ -1,7 +1,7 @@
 """Another client's latency while a load balancer fleet reconnects: bursts of 40 ordinary new mTLS connections (the
 front proxy's own certificate, X25519, one request each, opened at once by h2load) every 0.25 s, as a ratio to the
-same client's latency without them, for ``serve --workers 1``, ``--workers 2`` and the Go peer (benchmarks/gopeer),
-in one run.
+same client's latency without them, for ``serve --workers 1`` and ``--workers 2``, each on asyncio's loop and on
+uvloop's (``benchmarks.workers.SERVES``), and the Go peer (benchmarks/gopeer), in one run.
 
     python -m benchmarks.reconnect_bursts [SECONDS] [ROUNDS]
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 from benchmarks.go_peer import go_peer
 from benchmarks.handshake_flood import percentile, victim
+from benchmarks.workers import SERVES, serve_argvs
 from secure_orca import pki
 from secure_orca.credentials import devpki
-from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity, Load, build_shim, run_h2load
 
@@ -63,11 +63,8 @@ def main(seconds: float = 3.0, rounds: int = 3) -> None:
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         dev = devpki.generate(Path(tmp) / "pki")
         shim = build_shim(Path(tmp))
-        argvs = [
-            launch.serve_argv(dev, lb.replica_flags(dev, "front-proxy", "--workers", n), demo_work=False)
-            for n in ("1", "2")
-        ]
-        servers = dict(zip(("--workers 1", "--workers 2"), stack.enter_context(launch.replicas(argvs)), strict=True))
+        started = stack.enter_context(launch.replicas(serve_argvs(dev)))
+        servers = dict(zip((name.strip("`") for name in SERVES), started, strict=True))
         servers["Go peer"] = stack.enter_context(go_peer(dev))
         ratios: dict[str, list[float]] = {name: [] for name in servers}
         rows = []

@@ -1,6 +1,6 @@
-"""``serve --workers 1`` against ``--workers 2`` and the Go peer (benchmarks/gopeer), side by side in one run:
-requests/s, server CPU-seconds and requests per CPU-second, from h2load presenting the front-proxy certificate
-with the opt-in on /healthz.
+"""``serve --workers 1`` against ``--workers 2``, each on asyncio's loop and on uvloop's (``--event-loop``), and
+the Go peer (benchmarks/gopeer), side by side in one run: requests/s, server CPU-seconds and requests per
+CPU-second, from h2load presenting the front-proxy certificate with the opt-in on /healthz.
 
     python -m benchmarks.workers [ROUNDS] [SECONDS]
 
@@ -24,10 +24,30 @@ from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity, Load, build_shim, run_h2load
 from secure_orca.orca.headers import OPTIN
+from secure_orca.pki import DevPKI
 
 LOAD = Load(clients=8, streams=10)
-NAMES = ("`serve --workers 1`", "`serve --workers 2`")
+# label -> (--workers, --event-loop)
+SERVES = {
+    "`serve --workers 1`": ("1", "asyncio"),
+    "`serve --workers 2`": ("2", "asyncio"),
+    "`serve --workers 1 --event-loop uvloop`": ("1", "uvloop"),
+    "`serve --workers 2 --event-loop uvloop`": ("2", "uvloop"),
+}
+NAMES = tuple(SERVES)
 GO = "Go net/http peer"
+# (measured, against): the ratios printed
+RATIOS = ((NAMES[1], NAMES[0]), (NAMES[2], NAMES[0]), (NAMES[3], NAMES[1]), (GO, NAMES[1]), (GO, NAMES[3]))
+
+
+def serve_argvs(dev: DevPKI) -> list[list[str]]:
+    """One front-proxy replica per row of SERVES."""
+    return [
+        launch.serve_argv(
+            dev, lb.replica_flags(dev, "front-proxy", "--workers", n, "--event-loop", loop), demo_work=False
+        )
+        for n, loop in SERVES.values()
+    ]
 
 
 def main(rounds: int = 5, seconds: float = 8.0) -> None:
@@ -36,11 +56,8 @@ def main(rounds: int = 5, seconds: float = 8.0) -> None:
         identity = Identity("front-proxy", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
         shim = build_shim(Path(tmp))
         load = Load(LOAD.clients, LOAD.streams, duration=seconds, warmup=1.0)
-        argvs = [
-            launch.serve_argv(dev, lb.replica_flags(dev, "front-proxy", "--workers", n), demo_work=False)
-            for n in ("1", "2")
-        ]
-        servers = dict(zip(NAMES, stack.enter_context(launch.replicas(argvs)), strict=False))
+        argvs = serve_argvs(dev)
+        servers = dict(zip(NAMES, stack.enter_context(launch.replicas(argvs)), strict=True))
         servers[GO] = stack.enter_context(go_peer(dev))
         figures: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
         for round_ in range(rounds):
@@ -63,7 +80,7 @@ def main(rounds: int = 5, seconds: float = 8.0) -> None:
             f"| {statistics.median(per_cpu):,.0f} ({min(per_cpu):,.0f}–{max(per_cpu):,.0f}) |"
         )
     print()
-    for name, over in ((NAMES[1], NAMES[0]), (GO, NAMES[1])):
+    for name, over in RATIOS:
         pairs = list(zip(figures[over], figures[name], strict=True))
         ratios = [b[0] / a[0] for a, b in pairs]
         efficiency = [(b[0] / b[1]) / (a[0] / a[1]) for a, b in pairs]
