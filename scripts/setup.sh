@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Set-up shared by the README's two commands: system tools (h2load, curl, valgrind for the instruction-count
-# guard, prometheus and promtool for the documented alert rules), then a virtual environment in .venv with the
-# package and every extra. Safe to run again.
+# guard, prometheus and promtool for the documented alert rules, ss for the listening socket's queue), then a
+# virtual environment in .venv with the package and every extra. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=0
-for tool in h2load curl valgrind prometheus promtool; do command -v "$tool" >/dev/null 2>&1 || missing=1; done
+for tool in h2load curl valgrind prometheus promtool ss; do command -v "$tool" >/dev/null 2>&1 || missing=1; done
 if [ "$missing" = 1 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq nghttp2-client curl valgrind prometheus >/dev/null
+    apt-get update -qq && apt-get install -y -qq nghttp2-client curl valgrind prometheus iproute2 >/dev/null
   else
-    sudo apt-get update -qq && sudo apt-get install -y -qq nghttp2-client curl valgrind prometheus >/dev/null
+    sudo apt-get update -qq && sudo apt-get install -y -qq nghttp2-client curl valgrind prometheus iproute2 >/dev/null
   fi
 fi
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || {

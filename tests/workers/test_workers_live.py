@@ -21,11 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
+from secure_orca.lab.sockets import children, connections, listening
 from secure_orca.orca.headers import OPTIN, REPORT
 from secure_orca.orca.report import parse_text
 from secure_orca.server.sampler import IN_FLIGHT_METRIC
 from tests.oobcalls import ask, channel, ended, stream_core_metrics
-from tests.workers.sockets import children, connections, listening
 
 WORKERS = 2
 

@@ -60,11 +60,13 @@ from secure_orca.server.http.rotation import (
     Step,
 )
 from secure_orca.server.http.tls import tls_extension
-from secure_orca.server.listener import listen
+from secure_orca.server.listener import BACKLOG, listen
 from secure_orca.server.trust import CONNECTION_KEY
 
 log = logging.getLogger("secure_orca.server")
 HYPERCORN_VERSION = "0.18.0"
+ACCEPT_BATCH = 100  # connections accepted per loop turn (asyncio's default)
+ACCEPT_BATCH_SHARED = 1  # per wake-up, by a worker whose siblings share its socket
 
 
 class ConnectionApp:
@@ -354,12 +356,19 @@ async def serve(
             task.add_done_callback(lambda done: connections.pop(done, None))
         await GatewayTCPServer(wrapped, loop, config, context, state, reader, writer)
 
+    # asyncio listens again with ``backlog`` and accepts up to ``backlog`` connections per wake-up. Alone, a
+    # process takes up to ACCEPT_BATCH per turn (asyncio's default). Workers sharing the supervisor's socket take
+    # one each per wake-up, so that a burst (a load balancer's few connections, opened together) can spread over
+    # them. The kernel's queue is then set back to BACKLOG, which asyncio's listen had cut to the batch.
+    sock = options.sock or listen(options.host, options.port)
     listener = await asyncio.start_server(
         on_connection,
-        sock=options.sock or listen(options.host, options.port),
+        sock=sock,
+        backlog=ACCEPT_BATCH_SHARED if options.sock is not None else ACCEPT_BATCH,
         ssl=options.context,
         ssl_handshake_timeout=config.ssl_handshake_timeout,
     )
+    sock.listen(BACKLOG)
     if options.sock is None:  # a supervisor announces its shared socket itself, once
         port = listener.sockets[0].getsockname()[1]
         log.info("Running on https://%s (CTRL + C to quit)", bind_address(options.host, port))
