@@ -20,6 +20,8 @@ EXPOSITION_MAX = 256 * 1024  # bytes of one worker's /metrics exposition (label 
 _HEAD = struct.Struct("<QII")  # sequence, length, crc32 of the value
 _SEQUENCE = struct.Struct("<Q")
 _SLOT = struct.Struct("<QQQQq")  # sequence, pid, requests, errors, in flight
+_HELD = struct.Struct("<QQ")  # pid, connections held: after the slot, in its line, outside its seqlock
+_HELD_AT = 48
 _SUPERVISOR = struct.Struct("<QQQQQd")  # sequence, restarts, sampler ticks, errors, encodes, CPU seconds
 _LINE = 64  # one cache line per worker slot: workers never write the same line
 _RETRIES = 1000  # a writer holds a region for microseconds; a reader gives up after this many
@@ -143,6 +145,18 @@ class Board:
             if not sequence & 1 and _SEQUENCE.unpack_from(self.memory, at)[0] == sequence:
                 return Slot(pid, requests, errors, in_flight)
         return None
+
+    # ---- connections held: written by worker i, read by its siblings (``server.http.accept``) -------------
+
+    def write_held(self, index: int, pid: int, held: int) -> None:
+        """Worker ``index`` (``pid``) holds ``held`` connections. Two aligned words, no seqlock: a torn read only
+        pairs a live pid with a count one change old, and the count is a hint for accepting in turn."""
+        _HELD.pack_into(self.memory, self._slots_at + index * _LINE + _HELD_AT, pid, held)
+
+    def held(self, index: int) -> tuple[int, int]:
+        """(pid, connections held) of slot ``index``; pid 0: no live worker has written it."""
+        pid, held = _HELD.unpack_from(self.memory, self._slots_at + index * _LINE + _HELD_AT)
+        return int(pid), int(held)
 
     def clear(self, index: int) -> None:
         """Empty a dead worker's slot and exposition (the supervisor, after reaping it)."""

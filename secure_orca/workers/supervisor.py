@@ -8,8 +8,9 @@ SIGTERM or SIGINT is passed to every worker, which drains as a single process do
 the graceful period and a margin is killed.
 
 One shared socket rather than ``SO_REUSEPORT`` per worker: the kernel hashes a reuseport connection to a worker
-by its addresses, so the few long-lived connections of a load balancer may all land on one busy worker, while a
-shared queue hands each new connection to whichever worker accepts first.
+by its addresses, so the few long-lived connections of a load balancer may all land on one busy worker, while
+from a shared queue the workers accept in turn: each publishes the connections it holds on the board, and leaves
+a queued connection to a live sibling that holds fewer (``server.http.accept``, ``workers.balance``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from http.server import ThreadingHTTPServer
 from types import FrameType
 
@@ -31,6 +33,7 @@ from secure_orca.server.http.serve import bind_address
 from secure_orca.server.options.serving import MAX_WORKERS
 from secure_orca.server.sampler import Sources
 from secure_orca.workers import metrics
+from secure_orca.workers.balance import BoardBalance
 from secure_orca.workers.board import SupervisorFigures
 from secure_orca.workers.sampling import ServerSampler, WorkerSampler
 
@@ -153,6 +156,7 @@ class Supervisor:
             sampler = self.server.sampler
             assert isinstance(sampler, WorkerSampler)
             sampler.index = index
+            self.server.options = replace(self.server.options, balance=BoardBalance(self.board, index))
             return self.work()
 
         self.pids[index] = self._fork(f"worker {index}", work)

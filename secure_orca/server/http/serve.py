@@ -46,6 +46,7 @@ from hyperframe.frame import GoAwayFrame
 
 from secure_orca.authz.memo import ConnectionMemo
 from secure_orca.errors import SecureOrcaError
+from secure_orca.server.http.accept import Balance, accept_in_turn
 from secure_orca.server.http.control import STREAM_CONTROL_KEY, StreamControl
 from secure_orca.server.http.flow import BodyFlow
 from secure_orca.server.http.protocol import GatewayH2Protocol, GatewayH11Protocol
@@ -66,7 +67,6 @@ from secure_orca.server.trust import CONNECTION_KEY
 log = logging.getLogger("secure_orca.server")
 HYPERCORN_VERSION = "0.18.0"
 ACCEPT_BATCH = 100  # connections accepted per loop turn (asyncio's default)
-ACCEPT_BATCH_SHARED = 1  # per wake-up, by a worker whose siblings share its socket
 
 
 class ConnectionApp:
@@ -266,6 +266,7 @@ class ServerOptions:
     graceful_timeout: float = 10.0
     access_log: bool = False
     sock: socket.socket | None = None  # a listening socket bound by the supervisor of ``serve --workers``
+    balance: Balance | None = None  # with ``sock``: where a worker and its siblings share connection counts
 
 
 class GatewayConfig(Config):
@@ -356,28 +357,50 @@ async def serve(
             task.add_done_callback(lambda done: connections.pop(done, None))
         await GatewayTCPServer(wrapped, loop, config, context, state, reader, writer)
 
-    # asyncio listens again with ``backlog`` and accepts up to ``backlog`` connections per wake-up. Alone, a
-    # process takes up to ACCEPT_BATCH per turn (asyncio's default). Workers sharing the supervisor's socket take
-    # one each per wake-up, so that a burst (a load balancer's few connections, opened together) can spread over
-    # them. The kernel's queue is then set back to BACKLOG, which asyncio's listen had cut to the batch.
-    sock = options.sock or listen(options.host, options.port)
-    listener = await asyncio.start_server(
-        on_connection,
-        sock=sock,
-        backlog=ACCEPT_BATCH_SHARED if options.sock is not None else ACCEPT_BATCH,
-        ssl=options.context,
-        ssl_handshake_timeout=config.ssl_handshake_timeout,
-    )
-    sock.listen(BACKLOG)
+    if options.sock is not None and options.balance is not None:  # a worker: accept in turn with its siblings
+        accepting = loop.create_task(
+            accept_in_turn(options.sock, options.context, config.ssl_handshake_timeout, on_connection, options.balance)
+        )
+        stop_accepting = _stopper(accepting, options.sock)
+    else:
+        # asyncio listens again with ``backlog`` (and accepts that many per loop turn): the kernel's queue is
+        # then set back to BACKLOG, which asyncio's listen had cut to the batch.
+        sock = options.sock or listen(options.host, options.port)
+        listener = await asyncio.start_server(
+            on_connection,
+            sock=sock,
+            backlog=ACCEPT_BATCH,
+            ssl=options.context,
+            ssl_handshake_timeout=config.ssl_handshake_timeout,
+        )
+        sock.listen(BACKLOG)
+        stop_accepting = _closer(listener)
     if options.sock is None:  # a supervisor announces its shared socket itself, once
-        port = listener.sockets[0].getsockname()[1]
+        port = sock.getsockname()[1]
         log.info("Running on https://%s (CTRL + C to quit)", bind_address(options.host, port))
     try:
         await shutdown_trigger()
     finally:
         await context.terminated.set()  # idle connections close at once
-        listener.close()
-        await listener.wait_closed()
+        await stop_accepting()
         if connections:
             _, pending = await asyncio.wait(set(connections), timeout=options.graceful_timeout)
             await end_connections({task: connections[task] for task in pending if task in connections})
+
+
+def _closer(listener: asyncio.Server) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        listener.close()
+        await listener.wait_closed()
+
+    return close
+
+
+def _stopper(accepting: asyncio.Task[None], sock: socket.socket) -> Callable[[], Awaitable[None]]:
+    async def stop() -> None:
+        accepting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await accepting
+        sock.close()  # this worker's descriptor; its siblings keep theirs
+
+    return stop
