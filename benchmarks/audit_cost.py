@@ -14,39 +14,17 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.common import PATH, BenchPKI, report_attached
+from benchmarks.common import BenchPKI, variants_per_request
 from secure_orca.lab import instrcount
 
 
 def run(workdir: Path, requests: int, baseline: int, repeats: int) -> dict[str, instrcount.Counted]:
-    bench = BenchPKI.create(workdir / "pki")
-    identities = {"front-proxy": (bench.front_proxy(), True), "no-opt-in": (bench.front_proxy(optin=None), False)}
     log = workdir / "audit" / "audit.log"
-    totals: dict[str, int] = {}
-    for repeat in range(repeats):
-        for name, extra in (("off", []), ("on", ["--audit-log-path", str(log)])):
-            args = [*instrcount.serve_args(bench.serve_argv(enabled=True)), *extra]
-            with instrcount.counted_server(args, workdir / f"audit-{name}", layout=repeat) as server:
-                for key, (identity, attached) in identities.items():
-                    if report_attached(server.url, identity, bench.dev.cert("ca")) != attached:
-                        raise RuntimeError(f"{name}/{key}: unexpected report outcome")
-                    instrcount.requests(server, identity, baseline, PATH, workdir)
-                server.control("--instr=on")
-                for key, (identity, _) in identities.items():
-                    for count in (baseline, requests):
-                        with server.window(f"{name}/{key},{count},{repeat}"):
-                            instrcount.requests(server, identity, count, PATH, workdir)
-                server.control("--instr=off")
-                totals |= server.totals()
+    variants = {"off": [], "on": ["--audit-log-path", str(log)]}
+    counted = variants_per_request(BenchPKI.create(workdir / "pki"), workdir, variants, requests, baseline, repeats)
     if not log.exists() or not log.read_text().strip():
         raise RuntimeError("the audit-on server wrote no event")
-    return {
-        f"{name}/{key}": instrcount.per_unit(
-            totals, f"{name}/{key}", str(requests), str(baseline), requests - baseline, repeats
-        )
-        for name in ("off", "on")
-        for key in identities
-    }
+    return counted
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -60,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if reason is not None:
         raise SystemExit(f"cannot count instructions: {reason}")
     args.output.mkdir(parents=True, exist_ok=True)
-    for old in args.output.glob("audit-o*"):
+    for old in args.output.glob("variant-*"):
         old.unlink()
     counted = run(args.output, args.requests, args.baseline, args.repeats)
     print("| request | audit off (instr/request) | audit on | on / off |")

@@ -22,7 +22,7 @@ import httpx
 from secure_orca import pki
 from secure_orca.cli import serve as serve_cli
 from secure_orca.credentials import devpki
-from secure_orca.lab import loadgen
+from secure_orca.lab import instrcount, loadgen
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity, Load, LoadResult
 from secure_orca.lab.procfs import process_cpu
@@ -252,3 +252,36 @@ def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[I
         asyncio_log.setLevel(asyncio_level)
     if failure:
         raise BenchError(f"in-process server failed: {failure[0]!r}")
+
+
+def variants_per_request(
+    bench: BenchPKI, workdir: Path, variants: dict[str, list[str]], requests: int, baseline: int, repeats: int
+) -> dict[str, instrcount.Counted]:
+    """Instructions per request of the feature-on server with each variant's extra flags, under callgrind, in
+    one run: windows of ``requests`` and ``baseline`` requests on one warm pinned server, their difference per
+    request, one memory layout per repeat; for the front proxy with the opt-in and without. Keys:
+    ``variant/front-proxy`` and ``variant/no-opt-in``."""
+    identities = {"front-proxy": (bench.front_proxy(), True), "no-opt-in": (bench.front_proxy(optin=None), False)}
+    totals: dict[str, int] = {}
+    for repeat in range(repeats):
+        for name, extra in variants.items():
+            args = [*instrcount.serve_args(bench.serve_argv(enabled=True)), *extra]
+            with instrcount.counted_server(args, workdir / f"variant-{name}", layout=repeat) as server:
+                for key, (identity, attached) in identities.items():
+                    if report_attached(server.url, identity, bench.dev.cert("ca")) != attached:
+                        raise RuntimeError(f"{name}/{key}: unexpected report outcome")
+                    instrcount.requests(server, identity, baseline, PATH, workdir)
+                server.control("--instr=on")
+                for key, (identity, _) in identities.items():
+                    for count in (baseline, requests):
+                        with server.window(f"{name}/{key},{count},{repeat}"):
+                            instrcount.requests(server, identity, count, PATH, workdir)
+                server.control("--instr=off")
+                totals |= server.totals()
+    return {
+        f"{name}/{key}": instrcount.per_unit(
+            totals, f"{name}/{key}", str(requests), str(baseline), requests - baseline, repeats
+        )
+        for name in variants
+        for key in identities
+    }

@@ -1,0 +1,47 @@
+"""Instructions per request of the whole server on asyncio's event loop and on uvloop's (``serve --event-loop``),
+under callgrind, in one run (``common.variants_per_request``: windows of N and M requests on one warm pinned
+server, one memory layout per repeat). Wall time on a shared 2-core machine cannot resolve a few percent;
+instructions can, and ``benchmarks.workers`` gives the requests/s beside them.
+
+    python -m benchmarks.event_loop [--requests 600 --baseline 100 --repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.common import BenchPKI, variants_per_request
+from secure_orca.lab import instrcount
+
+LOOPS = ("asyncio", "uvloop")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.event_loop", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--baseline", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=Path(tempfile.gettempdir()) / "secure-orca-loop-instr")
+    args = parser.parse_args(argv)
+    reason = instrcount.valgrind_available()
+    if reason is not None:
+        raise SystemExit(f"cannot count instructions: {reason}")
+    args.output.mkdir(parents=True, exist_ok=True)
+    for old in args.output.glob("variant-*"):
+        old.unlink()
+    variants = {loop: ["--event-loop", loop] for loop in LOOPS}
+    bench = BenchPKI.create(args.output / "pki")
+    counted = variants_per_request(bench, args.output, variants, args.requests, args.baseline, args.repeats)
+    print("| request | asyncio (instr/request) | uvloop | uvloop / asyncio, median [min, max] over layouts |")
+    print("|---|---|---|---|")
+    for key in ("front-proxy", "no-opt-in"):
+        plain, fast = counted[f"asyncio/{key}"], counted[f"uvloop/{key}"]
+        median, low, high = instrcount.ratio_range(fast, plain)
+        print(f"| {key} | {plain.median:,.0f} | {fast.median:,.0f} | {median:.4f} [{low:.4f}, {high:.4f}] |")
+
+
+if __name__ == "__main__":
+    main()
