@@ -12,7 +12,6 @@ Used by ``benchmarks/instructions.py`` and by ``secure-orca evaluate``.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shutil
@@ -30,6 +29,7 @@ from secure_orca.errors import SecureOrcaError
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.loadgen import Identity, Load, run_h2load
 from secure_orca.lab.procfs import process_cpu
+from secure_orca.workers.lifeline import die_with_parent
 
 VALGRIND = ("valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no", "--dump-instr=no")
 PINNED_ENV = {"PYTHONHASHSEED": "0"}
@@ -37,7 +37,6 @@ LAYOUT_ENV = "SECURE_ORCA_BENCH_LAYOUT"  # read by secure_orca.cli.pinned
 SETTLE_POLL = 0.1  # seconds between looks at the server's CPU time
 SETTLE_QUIET = 3  # looks in a row without CPU time: the server is idle
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
-_PR_SET_PDEATHSIG = 1
 _SUMMARY = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
 _DESC = re.compile(r"^desc: Trigger: (?:Client Request: |dump )?(.*)$", re.MULTILINE)
 
@@ -178,7 +177,7 @@ def counted_server(
     command = [*VALGRIND, f"--callgrind-out-file={prefix}.%p", *argv]
     with (prefix.parent / f"{prefix.name}.log").open("wb") as log:
         process = subprocess.Popen(
-            command, env=pinned_env(layout), stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            command, env=pinned_env(layout), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
         )
         try:
             wait_listening(host, port, process)
@@ -190,12 +189,6 @@ def counted_server(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the process that started it dies (Linux prctl PR_SET_PDEATHSIG),
-    so an interrupted run leaves no server under valgrind behind."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def wait_listening(host: str, port: int, process: subprocess.Popen[bytes], timeout: float = 180.0) -> None:

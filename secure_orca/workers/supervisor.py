@@ -35,6 +35,7 @@ from secure_orca.server.sampler import Sources
 from secure_orca.workers import metrics
 from secure_orca.workers.balance import BoardBalance
 from secure_orca.workers.board import SupervisorFigures
+from secure_orca.workers.lifeline import die_with_parent
 from secure_orca.workers.sampling import ServerSampler, WorkerSampler
 
 log = logging.getLogger("secure_orca.workers")
@@ -131,6 +132,7 @@ class Supervisor:
 
     def _fork(self, name: str, run: Callable[[], int]) -> int:
         """Fork a child that runs ``run`` with default signal handling and none of the supervisor's pipes."""
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:
             status = 1
@@ -138,6 +140,7 @@ class Supervisor:
                 signal.set_wakeup_fd(-1)
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
                     signal.signal(sig, signal.SIG_DFL)
+                die_with_parent(supervisor)  # a killed supervisor's workers drain and stop, as on SIGTERM
                 if self._wake is not None:
                     os.close(self._wake[0])
                     os.close(self._wake[1])
