@@ -34,6 +34,7 @@ from secure_orca.server.listener import listen
 from secure_orca.server.metrics import parse_address
 from secure_orca.server.options import serving
 from secure_orca.workers.board import Board
+from secure_orca.workers.credentials import CredentialReader
 from secure_orca.workers.metrics import metrics_server
 from secure_orca.workers.sampling import WorkerSampler
 from secure_orca.workers.supervisor import Supervisor, default_workers
@@ -94,12 +95,15 @@ def run(args: argparse.Namespace) -> int:
             config.oob.write_deadline,
         )
     supervised = None
+    credentials = CredentialReader(server) if workers > 1 else None  # the one reader of the credential files
     if server.metrics is not None:
         try:
             if isinstance(sampler, WorkerSampler):  # one /metrics for the server, in a process of its own
                 registry = server.metrics.registry
                 sampler.exposition = lambda: generate_latest(registry)
-                supervised = metrics_server(sampler.board, *parse_address(config.serving.metrics_address))
+                assert credentials is not None
+                address = parse_address(config.serving.metrics_address)
+                supervised = metrics_server(sampler.board, *address, more=(credentials.shared.exposition,))
                 port = supervised.server_address[1]
             else:
                 port = server.metrics.serve(config.serving.metrics_address)
@@ -120,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         with _listen_errors(config):
             sock = listen(config.serving.host, config.serving.port)
         server.options = replace(server.options, sock=sock)
-        status = Supervisor(server, sock, workers, lambda: _serve(server), supervised).run()
+        status = Supervisor(server, sock, workers, lambda: _serve(server), supervised, credentials).run()
     else:
         with _listen_errors(config):
             status = _serve(server)

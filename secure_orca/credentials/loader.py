@@ -129,14 +129,20 @@ def sources(files: CredentialFiles) -> list[Source]:
 def load(files: CredentialFiles) -> tuple[Material, dict[str, Hashable]]:
     """Read every credential file once (start-up): the Material and each source's fingerprint, which primes
     the reloader. The first unreadable or invalid file, or a rule across files, raises CredentialError."""
+    material, contents = load_contents(files)
+    return material, {flag: fingerprint(read) for flag, read in contents.items()}
+
+
+def load_contents(files: CredentialFiles) -> tuple[Material, dict[str, list[FileContent]]]:
+    """``load``, keeping each source's bytes as read (what ``serve --workers`` shares between its processes)."""
     values: dict[str, Any] = {"allowed_names": files.allowed_names, "reader_names": files.load_reader_names}
-    seen: dict[str, Hashable] = {}
+    read: dict[str, list[FileContent]] = {}
     for source in sources(files):
         contents = source.read()
-        seen[source.flag], values[source.field] = fingerprint(contents), source.parse(contents)
+        read[source.flag], values[source.field] = contents, source.parse(contents)
     material = Material(**values)
     check(material)
-    return material, seen
+    return material, read
 
 
 def with_value(material: Material, source: Source, value: Any) -> Material:

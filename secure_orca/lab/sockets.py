@@ -17,8 +17,12 @@ def children(pid: int) -> list[int]:
 
 
 def _inodes(pid: int) -> set[str]:
-    found = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
+    found: set[str] = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except FileNotFoundError:  # it ended meanwhile (a killed worker not yet reaped)
+        return found
+    for fd in fds:
         try:
             target = os.readlink(fd)
         except OSError:

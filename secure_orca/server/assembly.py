@@ -49,7 +49,7 @@ class Server:
     def assemble(cls, config: ServeConfig, verbose: bool = False, sampler: Sampler | None = None) -> Server:
         """Read every credential file once (CredentialError names the flag at fault) and build from it; a
         worker of ``serve --workers`` brings the sampler that reads the server's one report."""
-        material, seen = loader.load(config.files)
+        material, contents = loader.load_contents(config.files)
         sampler = sampler or Sampler(config.load_metrics.interval, decimals=config.load_metrics.decimals)
         trust = trust_of(config, material)
         app, proxy = build_app(config, sampler, material, trust)
@@ -77,10 +77,11 @@ class Server:
         reloader = Reloader(
             loader.sources(config.files),
             material,
-            seen,
+            {flag: loader.fingerprint(read) for flag, read in contents.items()},
             context,
             trust,
             _both(metrics.on_reload if metrics else None, oob.reloaded if oob else None),
+            contents=contents,
         )
         options = ServerOptions(
             host=config.serving.host,

@@ -19,6 +19,10 @@ What a reload changes:
 - client CA bundle: the x509 authenticator trusts exactly the new bundle; new CAs are added to the handshake's
   trust store (OpenSSL cannot remove one from a live store, so a removed CA still completes handshakes: the
   authenticators, checked per request, refuse it).
+
+Where the bytes come from is the ``Reading`` in force: the files themselves (a single process, and the credential
+reader of ``serve --workers``), or the material another process published (a worker of ``serve --workers``,
+``secure_orca.workers.credentials``). Parsing, checking and installing are the same in every case.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ import ssl
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from secure_orca.credentials.files import FileContent
 from secure_orca.credentials.loader import Material, Source, fingerprint, with_value
 from secure_orca.errors import CredentialError
 from secure_orca.server.trust import TrustService
@@ -51,6 +56,7 @@ class Watched:
     source: Source
     seen: Hashable = None
     refusal: str | None = None
+    contents: list[FileContent] | None = None  # the bytes in force, when known (what a publisher shares)
 
 
 @dataclass
@@ -61,6 +67,34 @@ class Outcome:
     fingerprint: Hashable
     value: Any = None
     error: str | None = None
+    contents: list[FileContent] | None = None
+
+
+class Reading:
+    """Where a reloader's bytes come from: by default each source's files, at every poll."""
+
+    CHECKS_PER_POLL: ClassVar[int] = 1  # how often per interval ``changed`` is asked
+    RELOADED_LEVEL: ClassVar[int] = logging.INFO  # the level of the "reloaded" line
+
+    def changed(self) -> bool:
+        """Whether a poll may find something new (asked on the loop; the files: always)."""
+        return True
+
+    def begin(self) -> None:
+        """Called once before each scan, in the scan's thread."""
+
+    def read(self, source: Source) -> list[FileContent]:
+        """The bytes of ``source``'s files now (CredentialError if one cannot be read)."""
+        return source.read()
+
+    def admit(self, watched: Watched, contents: list[FileContent]) -> None:
+        """Raise CredentialError to refuse new ``contents`` for ``watched`` before anything is installed."""
+
+    def applied(self, watched: Sequence[Watched], reloaded: list[str]) -> None:
+        """After each poll's installs (``reloaded``: the flags swapped in, maybe none)."""
+
+
+FILES = Reading()
 
 
 class Reloader:
@@ -75,14 +109,20 @@ class Reloader:
         trust: TrustService,
         on_reload: Callable[[str, bool], None] | None = None,
         read_timeout: float = READ_TIMEOUT,
+        contents: dict[str, list[FileContent]] | None = None,
     ) -> None:
-        """Primed from the loader's first result: ``material`` is in force, ``seen`` its files' fingerprints;
-        ``trust`` receives every new Authority and client-CA trust."""
+        """Primed from the loader's first result: ``material`` is in force, ``seen`` its files' fingerprints
+        (``contents`` their bytes, when kept); ``trust`` receives every new Authority and client-CA trust."""
         self.context = context
         self.trust = trust
         self.on_reload = on_reload
         self.read_timeout = read_timeout
-        self.watched = [Watched(source, seen.get(source.flag)) for source in sources if source.live]
+        self.watched = [
+            Watched(source, seen.get(source.flag), contents=(contents or {}).get(source.flag))
+            for source in sources
+            if source.live
+        ]
+        self.reading = FILES
         self.material = material
         self._reading: asyncio.Future[list[Outcome]] | None = None
         self._stalled = False
@@ -91,19 +131,22 @@ class Reloader:
 
     def _read(self, watched: Watched) -> Outcome | None:
         try:
-            contents = watched.source.read()
+            contents = self.reading.read(watched.source)
         except CredentialError as error:
             return Outcome(watched, ("refused", str(error)), error=_one_line(error))
         now = fingerprint(contents)
         if now == watched.seen and watched.refusal is None:
+            if watched.contents is None:
+                watched.contents = contents  # the same bytes as those in force: now known
             return None  # unchanged and in force
         try:
-            return Outcome(watched, now, watched.source.parse(contents))
+            return Outcome(watched, now, watched.source.parse(contents), contents=contents)
         except (CredentialError, ssl.SSLError, ValueError) as error:
             return Outcome(watched, now, error=_one_line(error))
 
     def scan(self) -> list[Outcome]:
         """Read every source; the outcomes of those that changed or are still refused."""
+        self.reading.begin()
         return [outcome for watched in self.watched if (outcome := self._read(watched)) is not None]
 
     # --- installing: runs on the event loop ---
@@ -132,6 +175,7 @@ class Reloader:
             flag = watched.source.flag
             if error is None:
                 try:
+                    self.reading.admit(watched, outcome.contents or [])
                     self._install(watched.source, outcome.value)
                 except (CredentialError, ssl.SSLError, ValueError) as refused:
                     error = _one_line(refused)
@@ -141,11 +185,13 @@ class Reloader:
                     self._report(flag, False)
                 watched.refusal = error
             else:
-                log.info("reloaded %s", flag)
+                log.log(self.reading.RELOADED_LEVEL, "reloaded %s", flag)
                 self._report(flag, True)
                 watched.refusal = None
+                watched.contents = outcome.contents
                 reloaded.append(flag)
             watched.seen = outcome.fingerprint
+        self.reading.applied(self.watched, reloaded)
         return reloaded
 
     def check(self) -> list[str]:
@@ -196,8 +242,11 @@ class Reloader:
 
     async def run(self, interval: float) -> None:
         """Poll forever (cancel to stop)."""
+        checks = self.reading.CHECKS_PER_POLL
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(interval / checks)
+            if not self.reading.changed():
+                continue
             try:
                 await self.poll()
             except Exception as error:  # the reloader must outlive any surprise; the server keeps serving

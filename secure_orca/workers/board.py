@@ -71,6 +71,10 @@ class Region:
                 return sequence, value
         return None
 
+    def resume(self) -> None:
+        """Continue from the sequence number in memory (a writer that replaces one that died, maybe mid-write)."""
+        self._sequence = (self.sequence() + 1) & ~1
+
     def clear(self) -> None:
         self._sequence = 0
         self.memory[self.offset : self.offset + _HEAD.size] = bytes(_HEAD.size)

@@ -6,13 +6,13 @@ region, so a restart never makes a server counter go back. A metrics process of 
 supervisor, restarted like a worker, never forking itself, so its request threads are safe) serves /metrics:
 at each scrape it parses the regions and sums the samples that share a name and labels (the earliest
 ``*_created``). The sampler's families are the supervisor's, as there is one sampler per server, and
-``secure_orca_worker_restarts`` and ``secure_orca_workers`` are added.
+``secure_orca_worker_restarts`` and ``secure_orca_workers`` are added, and the credential reader's reload counts.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -21,7 +21,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from secure_orca.workers.board import Board
+from secure_orca.workers.board import Board, Region
 
 SAMPLER_FAMILIES = frozenset(
     {"secure_orca_sampler_ticks", "secure_orca_sampler_errors", "secure_orca_sampler_encodes",
@@ -83,11 +83,12 @@ def retire(board: Board, index: int) -> None:
 class ServerCollector(Collector):
     """The server's families: the workers' summed, the retired counts added, the supervisor's own figures."""
 
-    def __init__(self, board: Board) -> None:
+    def __init__(self, board: Board, more: Sequence[Region] = ()) -> None:
         self.board = board
+        self.more = more  # other processes' expositions (the credential reader's reloads)
 
     def collect(self) -> Iterator[Metric]:
-        regions = [*self.board.expositions, self.board.retired]
+        regions = [*self.board.expositions, self.board.retired, *self.more]
         texts = [got[1].decode() for got in (region.read() for region in regions) if got is not None]
         for family in merge(texts):
             if family.name not in SAMPLER_FAMILIES:
@@ -115,8 +116,8 @@ class _Server(ThreadingHTTPServer):
         super().__init__((host, port), handler)
 
 
-def metrics_server(board: Board, host: str, port: int) -> ThreadingHTTPServer:
+def metrics_server(board: Board, host: str, port: int, more: Sequence[Region] = ()) -> ThreadingHTTPServer:
     """The /metrics server, bound now (an OSError is the caller's to word); ``serve_forever`` in its process."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ServerCollector(board))
+    registry.register(ServerCollector(board, more))
     return _Server(host, port, MetricsHandler.factory(registry))

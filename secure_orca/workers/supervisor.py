@@ -11,6 +11,9 @@ One shared socket rather than ``SO_REUSEPORT`` per worker: the kernel hashes a r
 by its addresses, so the few long-lived connections of a load balancer may all land on one busy worker, while
 from a shared queue the workers accept in turn: each publishes the connections it holds on the board, and leaves
 a queued connection to a live sibling that holds fewer (``server.http.accept``, ``workers.balance``).
+
+The credential files are read by one process of the supervisor's, the credential reader (``credentials``):
+workers install the bytes it accepted, so every worker holds the same trust and none opens a credential file.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from secure_orca.server.sampler import Sources
 from secure_orca.workers import metrics
 from secure_orca.workers.balance import BoardBalance
 from secure_orca.workers.board import SupervisorFigures
+from secure_orca.workers.credentials import CredentialReader
 from secure_orca.workers.lifeline import die_with_parent
 from secure_orca.workers.sampling import ServerSampler, WorkerSampler
 
@@ -60,6 +64,7 @@ class Supervisor:
         workers: int,
         work: Callable[[], int],
         metrics: ThreadingHTTPServer | None = None,
+        credentials: CredentialReader | None = None,
     ) -> None:
         if not isinstance(server.sampler, WorkerSampler):
             raise TypeError("a supervised server is assembled with a WorkerSampler")
@@ -80,6 +85,7 @@ class Supervisor:
         self.metrics = metrics  # bound by the caller; served by a process of its own (workers.metrics)
         self.metrics_pid = 0
         self.metrics_due: float | None = None
+        self.credentials = credentials or CredentialReader(server)  # the one reader of credential files
 
     # ---- the supervisor's loop ----------------------------------------------------------------------------
 
@@ -96,6 +102,7 @@ class Supervisor:
                 self.sampler.prime()
             if self.metrics is not None:
                 self._spawn_metrics()
+            self._spawn_reader()
             for index in range(self.workers):
                 self._spawn(index)
             host, port = self.sock.getsockname()[:2]
@@ -160,6 +167,7 @@ class Supervisor:
             assert isinstance(sampler, WorkerSampler)
             sampler.index = index
             self.server.options = replace(self.server.options, balance=BoardBalance(self.board, index))
+            self.credentials.follow()  # the current generation, before serving
             return self.work()
 
         self.pids[index] = self._fork(f"worker {index}", work)
@@ -176,13 +184,21 @@ class Supervisor:
 
         self.metrics_pid = self._fork("the metrics process", serve)
 
+    def _spawn_reader(self) -> None:
+        def close() -> None:
+            self.sock.close()
+            if self.metrics is not None:
+                self.metrics.socket.close()
+
+        self.credentials.spawn(self._fork, close)
+
     def _publish_figures(self) -> None:
         s = self.sampler
         self.board.write_supervisor(SupervisorFigures(self.restarts, s.ticks, s.errors, s.encodes, s.cpu_seconds))
 
     def _reap(self) -> None:
-        """Collect every worker that exited; retire its slot, and schedule its restart unless stopping."""
-        while self.pids:
+        """Collect every child that exited; retire a worker's slot, and schedule a restart unless stopping."""
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -194,6 +210,12 @@ class Supervisor:
                 if not self.stopping:
                     log.warning("the metrics process (pid %d) ended (%s); restarting it", pid, _describe(status))
                     self.metrics_due = time.monotonic() + 1.0
+                continue
+            if pid == self.credentials.pid:
+                self.credentials.pid = 0
+                if not self.stopping:
+                    log.warning("the credential reader (pid %d) ended (%s); restarting it", pid, _describe(status))
+                    self.credentials.due = time.monotonic() + 1.0
                 continue
             index = next((i for i, p in self.pids.items() if p == pid), None)
             if index is None:
@@ -222,6 +244,9 @@ class Supervisor:
         if self.metrics_due is not None and self.metrics_due <= now and not self.stopping:
             self.metrics_due = None
             self._spawn_metrics()
+        if self.credentials.due is not None and self.credentials.due <= now and not self.stopping:
+            self.credentials.due = None
+            self._spawn_reader()
         for index, due in list(self.pending.items()):
             if due <= now and not self.stopping:
                 del self.pending[index]
@@ -229,21 +254,22 @@ class Supervisor:
 
     def _stop_all(self) -> int:
         """SIGTERM to every worker; wait for them to drain, then kill what is left."""
-        for pid in (*self.pids.values(), self.metrics_pid):
+        for pid in (*self.pids.values(), self.metrics_pid, self.credentials.pid):
             if pid:
                 _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.server.options.graceful_timeout + KILL_MARGIN
-        while (self.pids or self.metrics_pid) and time.monotonic() < deadline:
+        while (self.pids or self.metrics_pid or self.credentials.pid) and time.monotonic() < deadline:
             self._reap()
             time.sleep(0.02)
-        for pid in (*self.pids.values(), self.metrics_pid):
+        for pid in (*self.pids.values(), self.metrics_pid, self.credentials.pid):
             if pid:
                 log.warning("pid %d did not stop in time; killing it", pid)
                 _signal(pid, signal.SIGKILL)
-        while self.pids or self.metrics_pid:
+        while self.pids or self.metrics_pid or self.credentials.pid:
             pid, _ = os.waitpid(-1, 0)
             self.pids = {i: p for i, p in self.pids.items() if p != pid}
             self.metrics_pid = 0 if pid == self.metrics_pid else self.metrics_pid
+            self.credentials.pid = 0 if pid == self.credentials.pid else self.credentials.pid
         return 0
 
 

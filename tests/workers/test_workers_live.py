@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -19,74 +18,19 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from secure_orca import pki
-from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
-from secure_orca.lab.sockets import children, connections, listening
+from secure_orca.lab.sockets import children, connections
 from secure_orca.orca.headers import OPTIN, REPORT
 from secure_orca.orca.report import parse_text
 from secure_orca.server.sampler import IN_FLIGHT_METRIC
 from tests.oobcalls import ask, channel, ended, stream_core_metrics
-
-WORKERS = 2
-
-
-def argv(dev: pki.DevPKI, *extra: str) -> list[str]:
-    flags = lb.replica_flags(dev, "front-proxy,load-reader", "--workers", str(WORKERS), *extra)
-    return launch.serve_argv(dev, flags)
+from tests.workers.live import WORKERS, argv, client, close, report, spread, workers_of
 
 
 @pytest.fixture(scope="module")
 def server(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
     with launch.replicas([argv(dev_pki, "--endpoint-load-metrics-interval", "500ms")]) as (started,):
         yield started
-
-
-def client(dev: pki.DevPKI, role: str = "front_proxy_client") -> httpx.Client:
-    context = ssl.create_default_context(cafile=str(dev.cert("ca")))
-    context.load_cert_chain(dev.cert(role), dev.key(role))
-    return httpx.Client(verify=context, http2=True, timeout=20, headers={"X-Remote-User": "lb"})
-
-
-def report(http: httpx.Client, url: str, path: str = "/healthz") -> str:
-    response = http.get(url + path, headers={OPTIN: "TEXT"})
-    assert response.status_code == 200, response.text
-    return response.headers[REPORT]
-
-
-def workers_of(replica: launch.Replica) -> list[int]:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        pids = listening(children(replica.process.popen.pid), replica.port)
-        if len(pids) == WORKERS:
-            return pids
-        time.sleep(0.05)
-    raise AssertionError(f"not {WORKERS} workers: {children(replica.process.popen.pid)}")
-
-
-def spread(replica: launch.Replica, dev: pki.DevPKI, per_worker: int) -> dict[int, list[httpx.Client]]:
-    """Open connections one at a time until each worker holds ``per_worker`` of them; procfs tells which
-    worker accepted each one."""
-    pids = workers_of(replica)
-    held: dict[int, list[httpx.Client]] = {pid: [] for pid in pids}
-    for _ in range(60):
-        if all(len(clients) >= per_worker for clients in held.values()):
-            return held
-        before = connections(pids, replica.port)
-        http = client(dev)
-        report(http, replica.url)
-        after = connections(pids, replica.port)
-        (owner,) = [pid for pid in pids if after[pid] > before[pid]]
-        if len(held[owner]) < per_worker:
-            held[owner].append(http)
-        else:
-            http.close()
-    raise AssertionError(f"60 new connections did not reach every worker: {connections(pids, replica.port)}")
-
-
-def close(held: dict[int, list[httpx.Client]]) -> None:
-    for clients in held.values():
-        for http in clients:
-            http.close()
 
 
 def test_every_worker_serves_the_same_report_for_the_same_sample(server: launch.Replica, dev_pki: pki.DevPKI) -> None:
