@@ -1,4 +1,4 @@
-"""A supervisor that is killed (SIGKILL, the OOM killer) takes its workers and its metrics process with it: they
+"""A supervisor that is killed (SIGKILL, the OOM killer) takes its workers and its other processes with it: they
 drain and stop as on SIGTERM instead of holding the port and the CPU for ever. Before the fix they lived on,
 re-parented to init, still accepting on the socket."""
 
@@ -29,9 +29,10 @@ def test_workers_end_with_a_killed_supervisor(dev_pki: pki.DevPKI) -> None:
     with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         supervisor = replica.process.popen.pid
         deadline = time.monotonic() + 20
-        while len(kids := children(supervisor)) < 3 and time.monotonic() < deadline:  # two workers, metrics
+        # two workers, the metrics process and the credential reader
+        while len(kids := children(supervisor)) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(kids) == 3, kids
+        assert len(kids) == 4, kids
         os.kill(supervisor, signal.SIGKILL)
         replica.process.popen.wait(10)
         deadline = time.monotonic() + 30  # a bound on the drain, not a measurement
