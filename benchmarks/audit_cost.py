@@ -9,12 +9,10 @@ events of a window are written inside it (the writer wakes every 50 ms).
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.common import BenchPKI, variants_per_request
+from benchmarks.common import BenchPKI, variants_arguments, variants_per_request
 from secure_orca.lab import instrcount
 
 
@@ -28,18 +26,7 @@ def run(workdir: Path, requests: int, baseline: int, repeats: int) -> dict[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.audit_cost", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=600)
-    parser.add_argument("--baseline", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--output", type=Path, default=Path(tempfile.gettempdir()) / "secure-orca-audit-instr")
-    args = parser.parse_args(argv)
-    reason = instrcount.valgrind_available()
-    if reason is not None:
-        raise SystemExit(f"cannot count instructions: {reason}")
-    args.output.mkdir(parents=True, exist_ok=True)
-    for old in args.output.glob("variant-*"):
-        old.unlink()
+    args = variants_arguments("benchmarks.audit_cost", __doc__ or "", "secure-orca-audit-instr", 1, argv)
     counted = run(args.output, args.requests, args.baseline, args.repeats)
     print("| request | audit off (instr/request) | audit on | on / off |")
     print("|---|---|---|---|")

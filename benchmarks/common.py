@@ -9,6 +9,7 @@ import logging
 import socket
 import ssl
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -285,3 +286,22 @@ def variants_per_request(
         for name in variants
         for key in identities
     }
+
+
+def variants_arguments(
+    prog: str, doc: str, output: str, repeats: int, argv: Sequence[str] | None
+) -> argparse.Namespace:
+    """The command line of a ``variants_per_request`` benchmark; valgrind checked, old dumps removed."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--baseline", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--output", type=Path, default=Path(tempfile.gettempdir()) / output)
+    args = parser.parse_args(argv)
+    reason = instrcount.valgrind_available()
+    if reason is not None:
+        raise SystemExit(f"cannot count instructions: {reason}")
+    args.output.mkdir(parents=True, exist_ok=True)
+    for old in args.output.glob("variant-*"):
+        old.unlink()
+    return args

@@ -8,30 +8,16 @@ instructions can, and ``benchmarks.workers`` gives the requests/s beside them.
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
-from benchmarks.common import BenchPKI, variants_per_request
+from benchmarks.common import BenchPKI, variants_arguments, variants_per_request
 from secure_orca.lab import instrcount
 
 LOOPS = ("asyncio", "uvloop")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.event_loop", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=600)
-    parser.add_argument("--baseline", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=Path(tempfile.gettempdir()) / "secure-orca-loop-instr")
-    args = parser.parse_args(argv)
-    reason = instrcount.valgrind_available()
-    if reason is not None:
-        raise SystemExit(f"cannot count instructions: {reason}")
-    args.output.mkdir(parents=True, exist_ok=True)
-    for old in args.output.glob("variant-*"):
-        old.unlink()
+    args = variants_arguments("benchmarks.event_loop", __doc__ or "", "secure-orca-loop-instr", 2, argv)
     variants = {loop: ["--event-loop", loop] for loop in LOOPS}
     bench = BenchPKI.create(args.output / "pki")
     counted = variants_per_request(bench, args.output, variants, args.requests, args.baseline, args.repeats)
