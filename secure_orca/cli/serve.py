@@ -33,6 +33,7 @@ from secure_orca.server.http.serve import bind_address
 from secure_orca.server.listener import listen
 from secure_orca.server.metrics import parse_address
 from secure_orca.server.options import serving
+from secure_orca.workers.auditwriter import AuditWriter
 from secure_orca.workers.board import Board
 from secure_orca.workers.credentials import CredentialReader
 from secure_orca.workers.metrics import metrics_server
@@ -124,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         with _listen_errors(config):
             sock = listen(config.serving.host, config.serving.port)
         server.options = replace(server.options, sock=sock)
-        status = Supervisor(server, sock, workers, lambda: _serve(server), supervised, credentials).run()
+        writer = AuditWriter(config.audit, workers) if config.audit.path else None  # one process writes the file
+        status = Supervisor(server, sock, workers, lambda: _serve(server), supervised, credentials, writer).run()
     else:
         with _listen_errors(config):
             status = _serve(server)
@@ -133,11 +135,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _workers(config: ServeConfig) -> int:
-    """--workers, 0 resolved to the cgroup's CPU quota; what several workers cannot do yet is refused here."""
-    workers = config.serving.workers or default_workers()
-    if workers > 1 and config.audit.path:
-        raise UsageError("--workers: several workers do not write --audit-log-path yet; use --workers 1")
-    return workers
+    """--workers, 0 resolved to the cgroup's CPU quota."""
+    return config.serving.workers or default_workers()
 
 
 @contextmanager

@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from secure_orca.credentials.loader import Material
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
@@ -56,7 +56,7 @@ from secure_orca.server.auditevent import (
     mark_streamed,
     record_of,
 )
-from secure_orca.server.auditfile import RotatingFile, errno_text, open_sink
+from secure_orca.server.auditfile import RotatingFile, append, open_sink
 from secure_orca.server.redaction import Redactor
 
 __all__ = [  # the audit's names, wherever they are defined
@@ -90,6 +90,16 @@ QUEUE_BYTES = 16 * 1024 * 1024  # and bytes, charged as each record's ``size``
 DROP_LOG_INTERVAL = 10.0  # seconds between two "events dropped" log lines
 
 
+class Relay(Protocol):
+    """Where the writer thread hands its finished lines when another process owns the file (``serve --workers``:
+    workers.auditwriter). ``send`` returns how many lines it refused; ``update`` brings that process's counts of
+    this worker's events and whether its last write failed into the AuditLog."""
+
+    def send(self, lines: list[bytes]) -> int: ...
+
+    def update(self, audit: AuditLog) -> None: ...
+
+
 class AuditLog:
     """The bounded queue and its writer thread. ``sink`` is a RotatingFile or any object with ``write(bytes)``.
 
@@ -117,6 +127,7 @@ class AuditLog:
         self.queued_bytes = 0  # the queue's records and the batch being written
         self.written = self.dropped = self.write_errors = 0
         self.broken = False  # the last write failed: the next one starts on a fresh line
+        self.relay: Relay | None = None  # serve --workers: the lines go to the one writer process instead
         self._known: frozenset[str] = frozenset()
         self.redactor = Redactor()  # the matcher of the configured credentials in force
         self.redactors_built = 0
@@ -233,21 +244,15 @@ class AuditLog:
     def _write(self, records: list[AuditRecord]) -> int:
         redactor = self._redactor()
         lines = [(line(r, redactor) + "\n").encode("utf-8", "backslashreplace") for r in records]
-        try:
-            data = b"".join(lines)
-            self.sink.write((b"\n" + data) if self.broken else data)
-            flush = getattr(self.sink, "flush", None)
-            if flush is not None:
-                flush()
-        except (OSError, ValueError) as error:
-            self.write_errors += len(records)
-            if not self.broken:
-                log.warning("audit log: cannot write (%s); events are dropped until it can", errno_text(error))
-            self.broken = True
-            return 0
+        if self.relay is not None:  # another process writes the file: it counts, and says whether it is broken
+            refused = self.relay.send(lines)
+            self.write_errors += refused
+            self.relay.update(self)
+            return len(records) - refused
+        self.broken = append(self.sink, b"".join(lines), self.broken)
         if self.broken:
-            log.info("audit log: writing again")
-        self.broken = False
+            self.write_errors += len(records)
+            return 0
         self.written += len(records)
         return len(records)
 
@@ -262,6 +267,8 @@ class AuditLog:
         except Exception:  # never let the writer die: count and go on
             self.write_errors += 1
             log.exception("audit log: event dropped")
+        if self.relay is not None:
+            self.relay.update(self)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="audit-log", daemon=True)

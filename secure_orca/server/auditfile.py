@@ -4,11 +4,14 @@ with lumberjack's rotation by size (``--audit-log-maxsize``, ``--audit-log-maxba
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import stat
 import sys
 from pathlib import Path
 from typing import IO, Any
+
+log = logging.getLogger("secure_orca.audit")
 
 
 class RotatingFile:
@@ -57,6 +60,24 @@ class RotatingFile:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+def append(sink: Any, data: bytes, broken: bool) -> bool:
+    """Write whole lines to ``sink`` and flush; returns whether this write failed (then said once, at the first
+    failure). After a failed write (``broken``) the data starts on a fresh line: a partial line is never
+    continued."""
+    try:
+        sink.write((b"\n" + data) if broken else data)
+        flush = getattr(sink, "flush", None)
+        if flush is not None:
+            flush()
+    except (OSError, ValueError) as error:
+        if not broken:
+            log.warning("audit log: cannot write (%s); events are dropped until it can", errno_text(error))
+        return True
+    if broken:
+        log.info("audit log: writing again")
+    return False
 
 
 def errno_text(error: Exception) -> str:

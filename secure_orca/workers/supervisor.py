@@ -14,6 +14,8 @@ a queued connection to a live sibling that holds fewer (``server.http.accept``, 
 
 The credential files are read by one process of the supervisor's, the credential reader (``credentials``):
 workers install the bytes it accepted, so every worker holds the same trust and none opens a credential file.
+With ``--audit-log-path`` one more child, the audit writer (``auditwriter``), writes the one file for every
+worker; it is stopped last, after the workers drained to it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from secure_orca.server.http.serve import bind_address
 from secure_orca.server.options.serving import MAX_WORKERS
 from secure_orca.server.sampler import Sources
 from secure_orca.workers import metrics
+from secure_orca.workers.auditwriter import AuditWriter
 from secure_orca.workers.balance import BoardBalance
 from secure_orca.workers.board import SupervisorFigures
 from secure_orca.workers.credentials import CredentialReader
@@ -65,6 +68,7 @@ class Supervisor:
         work: Callable[[], int],
         metrics: ThreadingHTTPServer | None = None,
         credentials: CredentialReader | None = None,
+        audit_writer: AuditWriter | None = None,
     ) -> None:
         if not isinstance(server.sampler, WorkerSampler):
             raise TypeError("a supervised server is assembled with a WorkerSampler")
@@ -86,6 +90,7 @@ class Supervisor:
         self.metrics_pid = 0
         self.metrics_due: float | None = None
         self.credentials = credentials or CredentialReader(server)  # the one reader of credential files
+        self.audit_writer = audit_writer  # --audit-log-path: the one process that writes it (workers.auditwriter)
 
     # ---- the supervisor's loop ----------------------------------------------------------------------------
 
@@ -103,6 +108,8 @@ class Supervisor:
             if self.metrics is not None:
                 self._spawn_metrics()
             self._spawn_reader()
+            if self.audit_writer is not None:
+                self._spawn_audit_writer()
             for index in range(self.workers):
                 self._spawn(index)
             host, port = self.sock.getsockname()[:2]
@@ -168,6 +175,8 @@ class Supervisor:
             sampler.index = index
             self.server.options = replace(self.server.options, balance=BoardBalance(self.board, index))
             self.credentials.follow()  # the current generation, before serving
+            if self.audit_writer is not None:
+                self.audit_writer.worker(self.server.audit, index)
             return self.work()
 
         self.pids[index] = self._fork(f"worker {index}", work)
@@ -184,13 +193,18 @@ class Supervisor:
 
         self.metrics_pid = self._fork("the metrics process", serve)
 
-    def _spawn_reader(self) -> None:
-        def close() -> None:
-            self.sock.close()
-            if self.metrics is not None:
-                self.metrics.socket.close()
+    def _close_listeners(self) -> None:
+        """In a child that serves no one: the inherited listening sockets closed."""
+        self.sock.close()
+        if self.metrics is not None:
+            self.metrics.socket.close()
 
-        self.credentials.spawn(self._fork, close)
+    def _spawn_reader(self) -> None:
+        self.credentials.spawn(self._fork, self._close_listeners)
+
+    def _spawn_audit_writer(self) -> None:
+        assert self.audit_writer is not None
+        self.audit_writer.spawn(self._fork, self._close_listeners)
 
     def _publish_figures(self) -> None:
         s = self.sampler
@@ -216,6 +230,8 @@ class Supervisor:
                 if not self.stopping:
                     log.warning("the credential reader (pid %d) ended (%s); restarting it", pid, _describe(status))
                     self.credentials.due = time.monotonic() + 1.0
+                continue
+            if self.audit_writer is not None and self.audit_writer.reaped(pid, _describe(status)):
                 continue
             index = next((i for i, p in self.pids.items() if p == pid), None)
             if index is None:
@@ -247,6 +263,8 @@ class Supervisor:
         if self.credentials.due is not None and self.credentials.due <= now and not self.stopping:
             self.credentials.due = None
             self._spawn_reader()
+        if self.audit_writer is not None and not self.stopping and self.audit_writer.restart_due(now):
+            self._spawn_audit_writer()
         for index, due in list(self.pending.items()):
             if due <= now and not self.stopping:
                 del self.pending[index]
@@ -270,6 +288,9 @@ class Supervisor:
             self.pids = {i: p for i, p in self.pids.items() if p != pid}
             self.metrics_pid = 0 if pid == self.metrics_pid else self.metrics_pid
             self.credentials.pid = 0 if pid == self.credentials.pid else self.credentials.pid
+        if self.audit_writer is not None:  # last: it writes what the workers sent before they exited
+            deadline = time.monotonic() + self.server.options.graceful_timeout + KILL_MARGIN
+            self.audit_writer.end(deadline, self._spawn_audit_writer)
         return 0
 
 

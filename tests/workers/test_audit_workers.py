@@ -1,0 +1,176 @@
+"""One audit log for ``serve --workers 2`` (workers.auditwriter), on loopback with real server processes: every
+request of either worker is one whole JSON line in one file, rotation keeps whole lines, blocking-strict refuses
+on both workers while the file cannot be written, SIGTERM loses no event, a killed writer is replaced.
+Counted and compared, never timed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
+from secure_orca.lab.sockets import children
+from tests.workers.live import argv, close, spread, workers_of
+
+PATH = "/version"  # the load's requests; spread's own are /healthz
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def events(*files: Path) -> list[dict[str, Any]]:
+    """Every line of ``files``, each parsed as one JSON object (a partial or interleaved line fails here)."""
+    out = []
+    for file in files:
+        data = file.read_bytes()
+        assert not data or data.endswith(b"\n"), f"{file} ends in a partial line"
+        out += [json.loads(line) for line in data.splitlines()]
+    return out
+
+
+Held = dict[int, list[httpx.Client]]
+
+
+def load(replica: launch.Replica, held: Held, each: int, query: str = "") -> dict[int, set[str]]:
+    """``each`` requests on every held connection, all at once; the Audit-Id of every response, by worker."""
+    ids: dict[int, set[str]] = {pid: set() for pid in held}
+    lock = threading.Lock()
+
+    def run(pid: int, http: httpx.Client) -> None:
+        for _ in range(each):
+            response = http.get(replica.url + PATH + query)
+            assert response.status_code == 200, response.text
+            with lock:
+                ids[pid].add(response.headers["audit-id"])
+
+    threads = [threading.Thread(target=run, args=(pid, http)) for pid, clients in held.items() for http in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return ids
+
+
+def loaded(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in found if e["requestURI"].startswith(PATH)]
+
+
+def scrape(port: int, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", httpx.get(f"http://127.0.0.1:{port}/metrics").text, re.M)
+    return float(match.group(1)) if match else -1.0
+
+
+def test_one_file_holds_every_request_of_both_workers_whole(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    log = tmp_path / "audit" / "audit.log"
+    port = launch.free_port()
+    flags = argv(dev_pki, "--audit-log-path", str(log), "--metrics-bind-address", f"127.0.0.1:{port}")
+    with launch.replicas([flags]) as (replica,):
+        held = spread(replica, dev_pki, 3)
+        try:
+            ids = load(replica, held, 40)
+        finally:
+            close(held)
+        sent = sum(map(len, ids.values()))
+        assert sent == 2 * 3 * 40 and all(len(got) == 3 * 40 for got in ids.values())  # distinct ids per worker
+        eventually(lambda: log.exists() and len(loaded(events(log))) >= sent, "every event written")
+        found = events(log)
+        eventually(lambda: scrape(port, "secure_orca_audit_events_written_total") == len(events(log)), "counted")
+        assert scrape(port, "secure_orca_audit_write_errors_total") == 0
+    written = loaded(found)
+    assert len(written) == sent
+    by_id = {e["auditID"] for e in written}
+    for pid, got in ids.items():
+        assert got <= by_id, pid  # each worker's events, each exactly once
+    assert len(found) == len(events(log))  # nothing written after the count was taken
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+
+
+def test_rotation_under_two_workers_keeps_every_line_whole(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    """1 MB files and lines of about 20 KB: several rotations while both workers write."""
+    log = tmp_path / "audit.log"
+    flags = argv(dev_pki, "--audit-log-path", str(log), "--audit-log-maxsize", "1", "--audit-log-maxbackup", "0")
+    with launch.replicas([flags]) as (replica,):
+        held = spread(replica, dev_pki, 2)
+        try:
+            ids = load(replica, held, 40, "?q=" + "a" * 20_000)
+        finally:
+            close(held)
+        sent = sum(map(len, ids.values()))
+        files = lambda: sorted(tmp_path.glob("audit*.log"))  # noqa: E731
+        eventually(lambda: len(loaded(events(*files()))) == sent, "every event written")
+        found = files()
+    assert len(found) >= 3, found  # rotated at least twice
+    for file in found:
+        assert file.stat().st_size <= 1024 * 1024
+        events(file)  # whole lines in every file
+    assert {e["auditID"] for e in loaded(events(*found))} == set().union(*ids.values())
+
+
+def test_blocking_strict_refuses_on_both_workers_while_the_file_cannot_be_written(dev_pki: pki.DevPKI) -> None:
+    flags = argv(dev_pki, "--audit-log-path", "/dev/full", "--audit-log-mode", "blocking-strict")
+    with launch.replicas([flags]) as (replica,):
+        held = spread(replica, dev_pki, 1)  # each worker has answered (200), and its event failed to be written
+        try:
+            refused = {}
+            for pid, (http,) in held.items():
+                statuses = []
+                for _ in range(50):
+                    statuses.append(http.get(replica.url + PATH).status_code)
+                    if statuses[-1] == 500:
+                        break
+                    time.sleep(0.05)
+                refused[pid] = statuses
+                answer = http.get(replica.url + PATH)
+                assert (answer.status_code, answer.text) == (500, "Internal Server Error: failed to store audit event")
+        finally:
+            close(held)
+        assert all(statuses[-1] == 500 for statuses in refused.values()), refused
+        assert "cannot write (No space left on device)" in replica.process.output(200)
+
+
+def test_sigterm_after_traffic_loses_no_event(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    with launch.replicas([argv(dev_pki, "--audit-log-path", str(log))]) as (replica,):
+        held = spread(replica, dev_pki, 2)
+        try:
+            ids = load(replica, held, 50)
+            replica.process.popen.send_signal(signal.SIGTERM)  # at once: events are still queued in the workers
+        finally:
+            close(held)
+        assert replica.process.popen.wait(30) == 0
+    assert {e["auditID"] for e in loaded(events(log))} == set().union(*ids.values())
+    assert len(loaded(events(log))) == sum(map(len, ids.values()))
+
+
+def test_a_killed_writer_is_restarted_and_later_events_are_written(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    with launch.replicas([argv(dev_pki, "--audit-log-path", str(log))]) as (replica,):
+        supervisor = replica.process.popen.pid
+        workers = workers_of(replica)
+        (writer,) = set(children(supervisor)) - set(workers)
+        held = spread(replica, dev_pki, 1)
+        try:
+            os.kill(writer, signal.SIGKILL)
+            during = load(replica, held, 10)  # sent while no writer runs: they wait in the socket
+            eventually(lambda: len(set(children(supervisor)) - set(workers) - {writer}) == 1, "a new writer")
+            after = load(replica, held, 10)
+        finally:
+            close(held)
+        ids = set().union(*during.values(), *after.values())
+        eventually(lambda: {e["auditID"] for e in loaded(events(log))} >= ids, "every event written")
+        assert "the audit writer" in replica.process.output(200) and "restarting it" in replica.process.output(200)
+    assert len(loaded(events(log))) == len(ids)
