@@ -120,26 +120,35 @@ def test_rotation_under_two_workers_keeps_every_line_whole(dev_pki: pki.DevPKI, 
     assert {e["auditID"] for e in loaded(events(*found))} == set().union(*ids.values())
 
 
-def test_blocking_strict_refuses_on_both_workers_while_the_file_cannot_be_written(dev_pki: pki.DevPKI) -> None:
-    flags = argv(dev_pki, "--audit-log-path", "/dev/full", "--audit-log-mode", "blocking-strict")
+def test_blocking_strict_refuses_on_both_workers_while_the_file_cannot_be_written(
+    dev_pki: pki.DevPKI, tmp_path: Path
+) -> None:
+    """The log's directory is replaced by a file, so the rotation that 1 MB of events brings cannot reopen the log
+    (root ignores permissions; a file where the directory was fails for anyone): both workers then answer 500."""
+    directory = tmp_path / "audit"
+    flags = argv(dev_pki, "--audit-log-path", str(directory / "audit.log"), "--audit-log-maxsize", "1",
+                 "--audit-log-mode", "blocking-strict")  # fmt: skip
     with launch.replicas([flags]) as (replica,):
-        held = spread(replica, dev_pki, 1)  # each worker has answered (200), and its event failed to be written
+        held = spread(replica, dev_pki, 1)
         try:
-            refused = {}
-            for pid, (http,) in held.items():
-                statuses = []
-                for _ in range(50):
-                    statuses.append(http.get(replica.url + PATH).status_code)
-                    if statuses[-1] == 500:
-                        break
-                    time.sleep(0.05)
-                refused[pid] = statuses
-                answer = http.get(replica.url + PATH)
-                assert (answer.status_code, answer.text) == (500, "Internal Server Error: failed to store audit event")
+            eventually(lambda: (directory / "audit.log").exists(), "the log opened")
+            directory.rename(tmp_path / "moved")
+            directory.write_bytes(b"")
+            statuses: dict[int, list[int]] = {pid: [] for pid in held}
+            for _ in range(200):
+                for pid, (http,) in held.items():
+                    if 500 not in statuses[pid]:
+                        statuses[pid].append(http.get(replica.url + PATH + "?q=" + "a" * 20_000).status_code)
+                if all(500 in got for got in statuses.values()):
+                    break
+                time.sleep(0.01)
+            answers = [http.get(replica.url + PATH) for (http,) in held.values()]
         finally:
             close(held)
-        assert all(statuses[-1] == 500 for statuses in refused.values()), refused
-        assert "cannot write (No space left on device)" in replica.process.output(200)
+        assert all(500 in got and set(got) == {200, 500} for got in statuses.values()), statuses
+        refusal = (500, "Internal Server Error: failed to store audit event")
+        assert [(a.status_code, a.text) for a in answers] == [refusal] * 2
+        assert "audit log: cannot write" in replica.process.output(200)
 
 
 def test_sigterm_after_traffic_loses_no_event(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
