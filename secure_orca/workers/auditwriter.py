@@ -14,7 +14,9 @@ Why this shape:
   writes the file. A message holds whole lines only; a line larger than ``max_message`` is refused (counted as
   a write error, logged at most once per ``REFUSAL_LOG_INTERVAL``), never split. Server-made lines are far below
   it: a request's strings come from one header list (hypercorn's 64 KiB for HTTP/2), at most six bytes each
-  once escaped. The writer also refuses a message that arrives truncated or malformed.
+  once escaped (393,682 bytes for a path of 65,535 control characters), and a message may carry 416 KB even with
+  the kernel's default ``net.core.wmem_max``. The writer also refuses a message that arrives truncated or
+  malformed.
 - **Nothing lost, nothing unbounded.** When the writer process is slow, the socket's send buffer (shared by
   every worker, ``SEND_BUFFER`` asked, the kernel's ``net.core.wmem_max`` permitting) fills, a worker's writer
   thread blocks in ``send``, its queue fills, and in the blocking modes the request awaits room: the mechanism
@@ -186,6 +188,7 @@ class AuditWriter:
         self.channel.receiver.close()
         if audit is not None:
             audit.relay = Relay(self.channel, index)
+            audit.relay.update(audit)  # a writer that is failing already: blocking-strict refuses from the start
 
     def spawn(self, fork: Callable[[str, Callable[[], int]], int], close: Callable[[], None]) -> None:
         """Fork the writer process (``close``: what it inherited and does not use)."""

@@ -21,7 +21,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     a(
         "--audit-log-path",
         default="",
-        help="write one audit event (audit.k8s.io/v1 JSON) per request to this file; '-' means standard out",
+        help="write one audit event (audit.k8s.io/v1 JSON) per request to this file; '-' means standard out; with "
+        "--workers above 1, one process writes it for every worker",
     )
     a("--audit-log-maxsize", type=int, default=100, help="MB before the audit log is rotated; 0: never (default 100)")
     a("--audit-log-maxbackup", type=int, default=100, help="rotated audit logs to keep; 0 keeps all (default 100)")

@@ -66,9 +66,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="processes that serve the one port, each running the whole gate, with one load report and one "
-        "/metrics for the server (docs/architecture.md); 0: one per CPU of the cgroup's quota, rounded up "
-        "(default 1)",
+        help="processes that serve the one port, each running the whole gate, with one load report, one /metrics "
+        "and one audit log (written by one process) for the server (docs/architecture.md); 0: one per CPU of the "
+        "cgroup's quota, rounded up (default 1)",
     )
     a(
         "--event-loop",
