@@ -20,8 +20,10 @@ Why this shape:
 - **Nothing lost, nothing unbounded.** When the writer process is slow, the socket's send buffer (shared by
   every worker, ``SEND_BUFFER`` asked, the kernel's ``net.core.wmem_max`` permitting) fills, a worker's writer
   thread blocks in ``send``, its queue fills, and in the blocking modes the request awaits room: the mechanism
-  of one process, with the kernel's buffer as its last bounded stage. A restarted writer resumes at the next
-  whole message: the queued messages belong to the socket, which the supervisor keeps open.
+  of one process, with the kernel's buffer as its last bounded stage. A restarted writer (after
+  ``RESTART_DELAY``) resumes at the next whole message: the queued messages belong to the socket, which the
+  supervisor keeps open. What a writer had received but not yet written when it died (one batch, at most
+  ``BATCH_BYTES``) is lost, as the batch a single process holds when it dies.
 - **blocking-strict.** The writer process publishes, in a small shared mapping (a seqlock, as the board), whether
   its last write failed and, per worker slot, the events written and lost. A worker's writer thread copies that
   into its AuditLog after every hand-over and every period, so ``broken`` (the 500 of blocking-strict) follows
@@ -32,6 +34,12 @@ Why this shape:
   file. Only when every worker has exited does the supervisor send the writer an end message on the same socket:
   everything sent before it is written, the file flushed and closed, and the writer exits last. The writer
   ignores SIGINT and SIGTERM, so a signal to the whole process group cannot end it before the workers.
+
+Not chosen: every worker appending to the file itself (``O_APPEND`` keeps one ``write`` whole, but rotation by
+size would need a lock across processes, and a batch larger than one write could interleave); a length-prefixed
+``SOCK_STREAM`` (a writer that died in the middle of a message would leave its successor out of step, and one
+stream per worker to keep writers apart); an acknowledgement per message (a round trip per batch where a flag
+in shared memory says the same).
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ PACK = 64 * 1024  # lines are packed into messages of about this size
 SEND_BUFFER = 2 * MAX_MESSAGE  # asked for the socket's send buffer (the kernel doubles it, capped by wmem_max)
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between two "refused" log lines
 BATCH_BYTES = 1024 * 1024  # the writer writes at most this much at once
+RESTART_DELAY = 1.0  # seconds before a writer that ended is started again (as the metrics process)
 _HEADER = struct.Struct("<HI")  # worker slot, lines in the message
 _END = 0xFFFF  # the slot of the supervisor's end message
 _SEQUENCE = struct.Struct("<Q")
@@ -215,7 +224,7 @@ class AuditWriter:
         self.pid = 0
         if not self.ending:
             log.warning("the audit writer (pid %d) ended (%s); restarting it", pid, status)
-            self.due = time.monotonic() + 0.2
+            self.due = time.monotonic() + RESTART_DELAY
         return True
 
     def restart_due(self, now: float) -> bool:
