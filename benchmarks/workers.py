@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -50,24 +51,32 @@ def serve_argvs(dev: DevPKI) -> list[list[str]]:
     ]
 
 
-def main(rounds: int = 5, seconds: float = 8.0) -> None:
-    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        dev = devpki.generate(Path(tmp) / "pki")
-        identity = Identity("front-proxy", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
-        shim = build_shim(Path(tmp))
-        load = Load(LOAD.clients, LOAD.streams, duration=seconds, warmup=1.0)
-        argvs = serve_argvs(dev)
-        servers = dict(zip(NAMES, stack.enter_context(launch.replicas(argvs)), strict=True))
-        servers[GO] = stack.enter_context(go_peer(dev))
-        figures: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
-        for round_ in range(rounds):
-            for name, server in servers.items():
-                pid = server.process.popen.pid
-                before = tree_cpu(pid)
-                result = run_h2load(server.url + "/healthz", load, identity, Path(tmp), shim)
-                cpu = tree_cpu(pid) - before
-                figures[name].append((result.rps, cpu / (seconds + 1.0)))
-                print(f"round {round_ + 1}/{rounds}, {name}: {result.rps:,.0f} req/s", flush=True)
+def identity_of(dev: DevPKI) -> Identity:
+    return Identity("front-proxy", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
+
+
+def measure(
+    servers: dict[str, launch.Replica], identity: Identity, tmp: Path, rounds: int, seconds: float
+) -> dict[str, list[tuple[float, float]]]:
+    """Per server, per interleaved round: (requests/s, server CPUs busy) under h2load on /healthz."""
+    shim = build_shim(tmp)
+    load = Load(LOAD.clients, LOAD.streams, duration=seconds, warmup=1.0)
+    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
+    for round_ in range(rounds):
+        for name, server in servers.items():
+            pid = server.process.popen.pid
+            before = tree_cpu(pid)
+            result = run_h2load(server.url + "/healthz", load, identity, tmp, shim)
+            cpu = tree_cpu(pid) - before
+            figures[name].append((result.rps, cpu / (seconds + 1.0)))
+            print(f"round {round_ + 1}/{rounds}, {name}: {result.rps:,.0f} req/s", flush=True)
+    return figures
+
+
+def report(
+    figures: dict[str, list[tuple[float, float]]], ratios: Sequence[tuple[str, str]], rounds: int, seconds: float
+) -> None:
+    """The table, then each ratio's (measured over against), taken round by round."""
     print(f"\nh2load {LOAD.label} -t 1, {seconds:g} s per run, {rounds} interleaved rounds; {OPTIN}: TEXT\n")
     print("| server | req/s median (range) | server CPUs busy | requests per CPU-second |")
     print("|---|---|---|---|")
@@ -80,15 +89,24 @@ def main(rounds: int = 5, seconds: float = 8.0) -> None:
             f"| {statistics.median(per_cpu):,.0f} ({min(per_cpu):,.0f}–{max(per_cpu):,.0f}) |"
         )
     print()
-    for name, over in RATIOS:
+    for name, over in ratios:
         pairs = list(zip(figures[over], figures[name], strict=True))
-        ratios = [b[0] / a[0] for a, b in pairs]
+        rps_ratios = [b[0] / a[0] for a, b in pairs]
         efficiency = [(b[0] / b[1]) / (a[0] / a[1]) for a, b in pairs]
         print(
-            f"{name} over {over}, per round: req/s x{statistics.median(ratios):.2f} "
-            f"(x{min(ratios):.2f}–x{max(ratios):.2f}); requests per CPU-second x{statistics.median(efficiency):.2f} "
-            f"(x{min(efficiency):.2f}–x{max(efficiency):.2f})"
+            f"{name} over {over}, per round: req/s x{statistics.median(rps_ratios):.2f} "
+            f"(x{min(rps_ratios):.2f}–x{max(rps_ratios):.2f}); requests per CPU-second "
+            f"x{statistics.median(efficiency):.2f} (x{min(efficiency):.2f}–x{max(efficiency):.2f})"
         )
+
+
+def main(rounds: int = 5, seconds: float = 8.0) -> None:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        dev = devpki.generate(Path(tmp) / "pki")
+        servers = dict(zip(NAMES, stack.enter_context(launch.replicas(serve_argvs(dev))), strict=True))
+        servers[GO] = stack.enter_context(go_peer(dev))
+        figures = measure(servers, identity_of(dev), Path(tmp), rounds, seconds)
+    report(figures, RATIOS, rounds, seconds)
 
 
 if __name__ == "__main__":
