@@ -280,6 +280,9 @@ def write_until_end(receiver: socket.socket, sink: Any, figures: Figures) -> int
                 except BlockingIOError:
                     break
                 flags = socket.MSG_DONTWAIT  # the first message is awaited, then what is queued is taken
+                if not length and not received & socket.MSG_TRUNC:  # no sender is left (the supervisor died)
+                    ended = True
+                    break
                 slot, count = _HEADER.unpack_from(buffer) if length >= _HEADER.size else (_END - 1, 0)
                 if slot == _END:
                     ended = True
