@@ -97,16 +97,24 @@ class Figures:
         sequence = int(_SEQUENCE.unpack_from(self.memory, 0)[0])
         return sequence + 1 if sequence & 1 else sequence  # a writer that died mid-write: the next one goes on
 
-    def read(self) -> tuple[bool, list[int], list[int]]:
-        """Whether the last write failed, and per slot the events written and lost (zeros before any write)."""
+    def read(self) -> tuple[bool, list[int], list[int]] | None:
+        """Whether the last write failed, and per slot the events written and lost (zeros before any write); None
+        when a torn read kept failing (a writer died in the middle of publishing)."""
         for _ in range(_RETRIES):
-            sequence, broken = _STATE.unpack_from(self.memory, 0)
+            sequence = _SEQUENCE.unpack_from(self.memory, 0)[0]
             if sequence & 1:
                 continue
-            counts = [_COUNTS.unpack_from(self.memory, _STATE.size + i * _COUNTS.size) for i in range(self.workers)]
+            figures = self.latest()
             if _SEQUENCE.unpack_from(self.memory, 0)[0] == sequence:
-                return bool(broken), [c[0] for c in counts], [c[1] for c in counts]
-        return False, [0] * self.workers, [0] * self.workers
+                return figures
+        return None
+
+    def latest(self) -> tuple[bool, list[int], list[int]]:
+        """The values as they are, published or not: for a new writer or worker, when no writer is publishing or
+        each value is one aligned 8-byte store, old or new."""
+        broken = bool(_STATE.unpack_from(self.memory, 0)[1])
+        counts = [_COUNTS.unpack_from(self.memory, _STATE.size + i * _COUNTS.size) for i in range(self.workers)]
+        return broken, [c[0] for c in counts], [c[1] for c in counts]
 
 
 class Channel:
@@ -130,7 +138,7 @@ class Relay:
     def __init__(self, channel: Channel, index: int) -> None:
         self.sock, self.index, self.figures = channel.sender, index, channel.figures
         self.max_message = channel.max_message
-        _, written, lost = self.figures.read()
+        _, written, lost = self.figures.latest()
         self._seen = (written[index], lost[index])  # the writer's counts already reported (by a predecessor)
         self.failing = False  # the last hand-over failed (the socket refused it)
         self._refusal_logged = -REFUSAL_LOG_INTERVAL
@@ -174,7 +182,10 @@ class Relay:
 
     def update(self, audit: AuditLog) -> None:
         """The writer's news for this slot into ``audit`` (its writer thread): counts, and whether it is broken."""
-        broken, written, lost = self.figures.read()
+        figures = self.figures.read()
+        if figures is None:  # the writer died in the middle of publishing: its successor publishes again
+            return
+        broken, written, lost = figures
         seen_written, seen_lost = self._seen
         audit.written += written[self.index] - seen_written
         audit.write_errors += lost[self.index] - seen_lost
@@ -264,7 +275,7 @@ class AuditWriter:
 def write_until_end(receiver: socket.socket, sink: Any, figures: Figures) -> int:
     """The writer process's loop: receive whole messages (blocking for the first, then what is queued, up to
     BATCH_BYTES), write them at once, publish the figures; return 0 after the end message."""
-    broken, written, lost = figures.read()  # a restarted writer goes on from its predecessor's figures
+    broken, written, lost = figures.latest()  # a restarted writer goes on from its predecessor's
     buffer = bytearray(MAX_MESSAGE + _HEADER.size + 1)  # one byte more: a larger message shows as truncated
     view = memoryview(buffer)
     refusal_logged = -REFUSAL_LOG_INTERVAL
