@@ -5,8 +5,7 @@ error, before any worker exists), publishes the first load report, then forks th
 the whole gate on its own event loop. The supervisor then only samples: every interval it sums the workers'
 counters and publishes the server's one report (``sampling``), and it reaps and restarts a worker that died.
 SIGTERM or SIGINT is passed to every worker, which drains as a single process does; a worker still running after
-the graceful period and a margin is killed. With ``--audit-log-path`` one more child, the audit writer
-(``auditwriter``), writes the one file for every worker; it is stopped last, after the workers drained to it.
+the graceful period and a margin is killed.
 
 One shared socket rather than ``SO_REUSEPORT`` per worker: the kernel hashes a reuseport connection to a worker
 by its addresses, so the few long-lived connections of a load balancer may all land on one busy worker, while

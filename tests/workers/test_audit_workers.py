@@ -12,7 +12,6 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +20,9 @@ import httpx
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.sockets import children
-from tests.workers.live import argv, close, spread, workers_of
+from tests.workers.live import argv, close, eventually, spread
 
 PATH = "/version"  # the load's requests; spread's own are /healthz
-
-
-def eventually(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def events(*files: Path) -> list[dict[str, Any]]:
@@ -64,6 +56,16 @@ def load(replica: launch.Replica, held: Held, each: int, query: str = "") -> dic
     for thread in threads:
         thread.join()
     return ids
+
+
+def writers(supervisor: int, log: Path) -> set[int]:
+    """The supervisor's children that hold ``log`` open (procfs): the audit writer, and no worker."""
+    found = set()
+    for pid in children(supervisor):
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) == str(log) for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                found.add(pid)
+    return found
 
 
 def loaded(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -190,13 +192,13 @@ def test_a_killed_writer_is_restarted_and_later_events_are_written(dev_pki: pki.
     log = tmp_path / "audit.log"
     with launch.replicas([argv(dev_pki, "--audit-log-path", str(log))]) as (replica,):
         supervisor = replica.process.popen.pid
-        workers = workers_of(replica)
-        (writer,) = set(children(supervisor)) - set(workers)
         held = spread(replica, dev_pki, 1)
+        eventually(lambda: len(writers(supervisor, log)) == 1, "the writer opened the log")
+        (writer,) = writers(supervisor, log)
         try:
             os.kill(writer, signal.SIGKILL)
             during = load(replica, held, 10)  # sent while no writer runs: they wait in the socket
-            eventually(lambda: len(set(children(supervisor)) - set(workers) - {writer}) == 1, "a new writer")
+            eventually(lambda: writers(supervisor, log) - {writer} != set(), "a new writer")
             after = load(replica, held, 10)
         finally:
             close(held)
