@@ -2,9 +2,10 @@
 
 ``ServerSampler`` (the supervisor) sums every worker's counters from the board, reads CPU and memory for the
 whole process tree once per sample, serializes the report once and publishes it. ``WorkerSampler`` (each worker)
-keeps today's hot path (the request path reads ``sampler.header`` and bumps ``sampler.counters``); its tick
-copies those counters to its slot and takes the published report when its sequence number changes, so every
-connection and every out-of-band stream of every worker gets the same bytes for the same sample.
+keeps today's hot path (the request path reads ``sampler.header`` and bumps ``sampler.counters``); its tick, four
+times per interval, copies those counters to its slot and takes the published report when its sequence number
+changes, so every connection and every out-of-band stream of every worker gets the same bytes for the same
+sample, within a quarter of an interval of one another.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from secure_orca.workers.board import EMPTY, Board, Slot
 log = logging.getLogger("secure_orca.workers")
 _TICK = os.sysconf("SC_CLK_TCK")
 EXPOSITION_PERIOD = 1.0  # seconds between a worker's /metrics renderings
+LOOKS_PER_INTERVAL = 4  # a worker looks for a new report this often per sample: the workers lag one another by
+# at most a quarter of the interval (plus their loops' delays), not a whole one
 _NAME = HEADER.encode()
 
 
@@ -36,7 +39,7 @@ class WorkerSampler(Sampler):
         self.index = -1  # set in the worker after the fork
         self.exposition: Callable[[], bytes] | None = None  # this worker's /metrics, rendered once a second
         self._sequence = 0
-        self._every = max(1, round(EXPOSITION_PERIOD / interval))
+        self._every = max(1, round(EXPOSITION_PERIOD * LOOKS_PER_INTERVAL / interval))
         self._count = 0
         self._too_large = False
 
@@ -67,6 +70,11 @@ class WorkerSampler(Sampler):
     def start(self) -> None:
         self.tick()
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval / LOOKS_PER_INTERVAL)
+            self.tick()
 
 
 class TreeSources(Sources):
