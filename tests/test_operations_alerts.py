@@ -80,7 +80,10 @@ class Prometheus:
         self.url = url
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        response = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=5).json()
+        reply = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=5)
+        if reply.status_code == 503:  # still starting ("Service Unavailable", not JSON): ``eventually`` retries
+            reply.raise_for_status()
+        response = reply.json()
         assert response["status"] == "success", response
         return list(response["data"]["result"])
 
