@@ -150,6 +150,8 @@ def serve_argv(
         str(pki.cert("client_ca")),
         # The lab's load balancers and load generators act as the front proxy without naming users.
         "--requestheader-missing-user=anonymous",
+        # One process, whatever the machine: the lab compares options per process (``extra`` may say otherwise).
+        "--workers=1",
         *(["--demo-work"] if demo_work else []),
         *extra,
     ]

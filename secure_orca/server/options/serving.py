@@ -30,7 +30,7 @@ class ServingConfig:
     goaway_chance: float = 0.0
     metrics_address: str = ""
     reload_interval: float = 1.0
-    workers: int = 1  # --workers; 0: one per CPU of the cgroup's quota, resolved when serving starts
+    workers: int = 0  # --workers; 0: one per CPU of the cgroup's quota, resolved when serving starts
     event_loop: str = "asyncio"  # --event-loop: asyncio (the standard library's) or uvloop (the uvloop extra)
 
 
@@ -64,11 +64,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     a(
         "--workers",
         type=int,
-        default=1,
+        default=0,
         metavar="N",
         help="processes that serve the one port, each running the whole gate, with one load report, one /metrics "
-        "and one audit log (written by one process) for the server (docs/architecture.md); 0: one per CPU of the "
-        "cgroup's quota, rounded up (default 1)",
+        "and one audit log (written by one process) for the server (docs/architecture.md); 0, the default: one per "
+        "CPU of the cgroup's quota (else of the CPUs this process may use), rounded up, as Go's GOMAXPROCS; 1: this "
+        "process alone",
     )
     a(
         "--event-loop",
