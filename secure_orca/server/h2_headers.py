@@ -30,11 +30,13 @@ from typing import Any, ClassVar, TypeVar
 from h2.config import H2Configuration
 from h2.exceptions import ProtocolError
 from h2.utilities import HeaderValidationFlags, normalize_outbound_headers, validate_outbound_headers
-from hpack import Encoder
-from hpack.hpack import encode_integer
+from hpack import Decoder, Encoder, HPACKDecodingError
+from hpack.hpack import decode_integer, encode_integer
+from hpack.struct import HeaderTuple, NeverIndexedHeaderTuple
 from hpack.table import HeaderTable, table_entry_size
 
 from secure_orca.orca.headers import REPORT
+from secure_orca.server.huffman import decode_huffman
 
 REPORT_FIELD_NAME = REPORT.encode()
 _STATUS = (b":status", b"200")
@@ -193,6 +195,63 @@ class IndexedEncoder(Encoder):
         if table.dynamic_entries:  # (an entry larger than the whole table empties it instead)
             self._last_value, self._last_offset = value, _DYNAMIC_BASE - table.added
         return prefix + coded
+
+
+class TableDecoder(Decoder):
+    """hpack's decoder with ``huffman.decode_huffman`` (a byte-wise table, C-level passes) for its per-nibble
+    Python loop, and without its copy of the rest of the block per literal field (hpack 4.2's
+    ``_decode_literal`` turns the ``memoryview`` it is given into bytes: O(fields x block)). Everything else is
+    hpack's: ``decode`` (the header-list size limit, the table-size checks), the indexed fields, the table.
+
+    ``_decode_literal`` is the one seam: hpack calls its module's ``decode_huffman`` from it. It reads a literal
+    field as hpack's does (RFC 7541 section 6.2): the name indexed (a 6-bit prefix if the field is indexed, else
+    4) or a string literal, then the value's string literal; the same errors (``decode_integer``'s, "Truncated
+    header block", the table's for a bad index, the Huffman decoder's), the same tuple types, the same table
+    update. hpack's debug log line per field is not written."""
+
+    def _decode_literal(self, data: bytes | memoryview, should_index: bool) -> tuple[HeaderTuple, int]:
+        first = data[0]
+        if should_index:
+            name_index, prefix, never = first & 0x3F, 6, False
+        else:
+            name_index, prefix, never = first & 0x0F, 4, bool(first & 0x10)
+        name: bytes
+        if name_index:
+            index, consumed = decode_integer(data, prefix)
+            name = self.header_table.get_by_index(index)[0]
+            used = consumed
+            data = data[consumed:]
+        else:
+            data = data[1:]
+            name, consumed = _string(data)
+            used = consumed + 1
+            data = data[consumed:]
+        value, consumed = _string(data)
+        used += consumed
+        header = NeverIndexedHeaderTuple(name, value) if never else HeaderTuple(name, value)
+        if should_index:
+            self.header_table.add(name, value)
+        return header, used
+
+
+def _string(data: bytes | memoryview) -> tuple[bytes, int]:
+    """A string literal at the start of ``data`` (RFC 7541 section 5.2), as hpack reads it, and its octets."""
+    length, consumed = decode_integer(data, 7)
+    coded = data[consumed : consumed + length]
+    if len(coded) != length:
+        raise HPACKDecodingError("Truncated header block")
+    return (decode_huffman(coded) if data[0] & 0x80 else bytes(coded)), consumed + length
+
+
+def table_decoder(decoder: Decoder) -> Decoder:
+    """A ``TableDecoder`` with the limits of h2's fresh ``decoder`` (its header-list size, its table sizes), before
+    any block; ``decoder`` itself once it has decoded one (its table is the peer's) or is not hpack's."""
+    if type(decoder) is not Decoder or decoder.header_table.dynamic_entries:
+        return decoder
+    table = TableDecoder(decoder.max_header_list_size)
+    table.header_table_size = decoder.header_table_size
+    table.max_allowed_table_size = decoder.max_allowed_table_size
+    return table
 
 
 def indexed_encoder(encoder: Encoder) -> Encoder:

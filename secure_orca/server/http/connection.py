@@ -16,6 +16,7 @@ from secure_orca.server.h2_headers import (
     indexed_encoder,
     passes_unchanged,
     remember,
+    table_decoder,
 )
 
 _GRPC_STATUS = b"grpc-status"
@@ -28,7 +29,9 @@ class GatewayH2Connection(h2.connection.H2Connection):
     - inbound header validation is off: ``protocol.GatewayH2Protocol`` runs h2's own validation per header block
       and refuses a malformed request as a stream error, where h2 would end the connection;
     - the encoder is ``IndexedEncoder`` (``server/h2_headers.py``): hpack's bytes, found without scanning the
-      table, installed before the first block (the peer's decoder mirrors the table from the start);
+      table, installed before the first block (the peer's decoder mirrors the table from the start); the
+      decoder is ``TableDecoder`` (the same module): hpack's, with its Huffman strings decoded by a byte-wise
+      table (``server/huffman.py``) instead of a Python loop per nibble, installed before the first block;
     - ``send_headers`` recognises two kinds of response block by the first field after ``:status``:
 
       - the carried report (the middleware puts it there): the block is sent without it through h2, and the
@@ -51,6 +54,7 @@ class GatewayH2Connection(h2.connection.H2Connection):
         if local_settings is not None:
             self.local_settings = local_settings
         self.encoder = indexed_encoder(self.encoder)
+        self.decoder = table_decoder(self.decoder)
         self._carried: dict[tuple[bytes, bytes], bool] = {}  # report field -> passes_unchanged (a few)
 
     def send_headers(
