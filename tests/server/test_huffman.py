@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from secure_orca.server.h2_headers import TableDecoder, table_decoder
+from secure_orca.server.http.connection import GatewayH2Connection
 from secure_orca.server.huffman import EOS, decode_huffman
 
 ENCODER = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
@@ -194,3 +195,9 @@ def test_table_decoder_keeps_h2s_limits() -> None:
     used = hpack.Decoder()
     used.decode(hpack.Encoder().encode([(b"x-a", b"b")]))
     assert table_decoder(used) is used
+
+
+def test_the_servers_connections_decode_with_the_table() -> None:
+    connection = GatewayH2Connection()
+    assert type(connection.decoder) is TableDecoder
+    assert connection.decoder.max_header_list_size == connection.DEFAULT_MAX_HEADER_LIST_SIZE
