@@ -17,6 +17,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from secure_orca import pki
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
+from tests.replicas import run_replicas
+from tests.rotating import rig  # noqa: F401  (a live server with credential files to rotate)
 
 
 def load_issued(cert: Path, key: Path) -> pki.Issued:
@@ -107,7 +109,7 @@ def fp_flags(dev_pki: pki.DevPKI, modes: str = "front-proxy,shared-secret", *ext
 @pytest.fixture(scope="session")
 def secured_replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
     """One replica with the default modes (front-proxy,shared-secret), shared by the read-only tests."""
-    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as started:
+    with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as started:
         yield started[0]
 
 

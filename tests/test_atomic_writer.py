@@ -19,10 +19,11 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from tests.replicas import run_replicas
+from tests.rotating import eventually
 
 from .atomic_writer import DATA, AtomicWriter
 from .conftest import load_issued
-from .test_rotation import eventually
 
 OPT_IN = "endpoint-load-metrics-request"
 POLL = 0.1  # --credential-reload-interval
@@ -129,7 +130,7 @@ def node(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory) -> Itera
     argv = launch.serve_argv(dev_pki, flags)
     at = argv.index("--tls-cert-file")
     del argv[at : at + 6]  # the dev PKI's serving pair and client CA: the node's volumes instead
-    with launch.replicas([argv]) as (replica,):
+    with run_replicas([argv]) as (replica,):
         node.replica = replica
         match = re.search(r"metrics on (http://\S+/metrics)", node.log())
         assert match, replica.process.output()
@@ -245,7 +246,7 @@ def test_envoy_follows_a_shared_secret_swapped_by_kubelet(dev_pki: pki.DevPKI, t
         "--endpoint-load-metrics-secret-file", str(replica_secret.target / "secret"),
         "--credential-reload-interval", f"{POLL}s", "--metrics-bind-address", metrics,
     ]  # fmt: skip
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         listen, admin = launch.free_port(), launch.free_port()
         config = files.dev_config(
             dev_pki, [bootstrap.Upstream("127.0.0.1", replica.port)], option="shared-secret",

@@ -23,9 +23,10 @@ from secure_orca.authz.reasons import Reason
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 from secure_orca.server import audit
+from tests.replicas import run_replicas
+from tests.rotating import eventually
 
 from .conftest import ClientCert, fp_flags
-from .test_rotation import eventually
 
 # The json names of kubernetes/apiserver pkg/apis/audit/v1/types.go Event (24a394e516bf) we write.
 EVENT_FIELDS = {
@@ -231,7 +232,7 @@ def _serving(dev_pki: pki.DevPKI, tmp_path: Path, log: str, *extra: str) -> Iter
              "--metrics-bind-address", metrics, *extra]  # fmt: skip
     argv = launch.serve_argv(dev_pki, flags)
     argv.remove("--requestheader-missing-user=anonymous")
-    with launch.replicas([argv]) as (replica,):
+    with run_replicas([argv]) as (replica,):
         yield replica, f"http://{metrics}/metrics"
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from secure_orca import pki
-
-from .test_serve_cli import base, run_cli, write
+from tests.cli import base, run_cli, write
 
 TOKEN = "tok-do-not-show-0123456789"
 

@@ -30,6 +30,7 @@ from secure_orca.lab import replicas as launch
 from secure_orca.lab.h2load import argv as h2load_argv
 from secure_orca.orca import report
 from secure_orca.orca.headers import OPTIN
+from tests.replicas import run_replicas
 
 pytestmark = [
     pytest.mark.envoy,
@@ -343,7 +344,7 @@ def test_hot_node_round_robin_versus_weighted(dev_pki: pki.DevPKI) -> None:
     """The KEP's hot node: three replicas, one also serving heavy direct traffic. The same replicas and the
     same offered load, first behind round robin, then behind client_side_weighted_round_robin."""
     rows = {}
-    with launch.replicas(replicas_for(dev_pki, "front-proxy,shared-secret", 3)) as started:
+    with run_replicas(replicas_for(dev_pki, "front-proxy,shared-secret", 3)) as started:
         hot = started[0]
         upstreams = [envoy.Upstream(r.host, r.port) for r in started]
         with hot_load(hot, seconds=45):

@@ -20,6 +20,7 @@ from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStr
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.server.http.rotation import MAX_STREAM_ID
+from tests.replicas import run_replicas
 
 from .conftest import fp_flags
 
@@ -108,7 +109,7 @@ class RawH2:
 
 @pytest.fixture(scope="module")
 def rotating(dev_pki: pki.DevPKI):
-    with launch.replicas([launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--max-requests-per-connection", "3"])]) as (
+    with run_replicas([launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--max-requests-per-connection", "3"])]) as (
         replica,
     ):
         yield replica
@@ -173,7 +174,7 @@ def test_rotation_costs_a_compliant_client_no_errors(rotating, dev_pki) -> None:
 
 def test_goaway_chance_rebalances_without_errors(dev_pki) -> None:
     flags = [*fp_flags(dev_pki), "--goaway-chance", "0.02"]
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         client = RawH2(replica, str(dev_pki.cert("ca")))
         sent = []
         for _ in range(400):  # sequential: P(no GOAWAY in 400) = 0.98**400 < 0.0004
@@ -202,7 +203,7 @@ def test_rotation_is_off_by_default(dev_pki: pki.DevPKI) -> None:
     from .hostile.wire import connect, h2_client, read_streams, tls_context
 
     headers = [(":method", "GET"), (":path", "/healthz"), (":scheme", "https"), (":authority", "localhost")]
-    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
         sock = connect(replica, tls_context(dev_pki, "h2"))
         conn = h2_client()
         replies = {}

@@ -32,6 +32,7 @@ from secure_orca.lab import h2load
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN as OPT_IN
 from secure_orca.orca.report import DEFAULT_DECIMALS
+from tests.replicas import run_replicas
 
 from .conftest import fp_flags
 
@@ -174,7 +175,7 @@ def test_model_and_wire_agree(dev_pki, capsys) -> None:
     model cost 0.61), so the bytes are compared per literal sent and the model's literals to the wire's values."""
     rates = ["--rate", "10", "--rate", "100", "--decimals", "3"]
     argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--endpoint-load-metrics-decimals", "3"])
-    with launch.replicas([argv]) as (replica,):
+    with run_replicas([argv]) as (replica,):
         results = run_json(capsys, replica.url, *lb_args(dev_pki), *rates, "--duration", "3")
     for r in results:
         model = r["model"]
@@ -206,7 +207,7 @@ def test_front_proxy_names_a_user_as_kube_requires(dev_pki, capsys) -> None:
     Date literal (~22 bytes) in one mean only (76.0 against 81.5 once). The replica's Date is fixed here."""
     argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--requestheader-missing-user=unauthorized"])
     shape = ["--rate", "5", "--duration", "1"]
-    with launch.replicas([fixed_date(argv)]) as (replica,):
+    with run_replicas([fixed_date(argv)]) as (replica,):
         (named,) = run_json(capsys, replica.url, *lb_args(dev_pki), *shape)
         assert "warning" not in capsys.readouterr().err
         assert main(["hpack", "measure", replica.url, *lb_args(dev_pki), *shape, "--remote-user", ""]) == 0
@@ -219,7 +220,7 @@ def test_front_proxy_names_a_user_as_kube_requires(dev_pki, capsys) -> None:
 
 def test_follows_graceful_goaway(dev_pki, capsys) -> None:
     argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--max-requests-per-connection", "25"])
-    with launch.replicas([argv]) as (replica,):
+    with run_replicas([argv]) as (replica,):
         (r,) = run_json(capsys, replica.url, *lb_args(dev_pki), "--rate", "50", "--duration", "1")
     assert r["responses"] == r["reported"] == 50 and r["responses_without"] == 50
     assert r["opened"] >= 4  # each worker needed a second connection
@@ -285,7 +286,7 @@ def test_h2load_agrees(dev_pki, capsys) -> None:
     requests, clients, rps = 200, 2, 50
     argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--endpoint-load-metrics-interval", "60s"])
     secret = Path(dev_pki.secret).read_text().strip()
-    with launch.replicas([argv]) as (replica,):
+    with run_replicas([argv]) as (replica,):
         url = replica.url + "/version"
         theirs_with = h2load_header_bytes(url, requests, clients, rps, [f"{OPT_IN}: TEXT; secret={secret}"])
         theirs_without = h2load_header_bytes(url, requests, clients, rps, [])

@@ -12,8 +12,7 @@ from secure_orca import pki
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
-
-from .test_kubectl import ANONYMOUS, KUBECTL, TOKEN, TOKEN_USER, kubeconfig, whoami
+from tests.kubectl import ANONYMOUS, KUBECTL, TOKEN, TOKEN_USER, kubeconfig, whoami
 
 pytestmark = [
     pytest.mark.envoy,

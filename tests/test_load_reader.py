@@ -21,6 +21,7 @@ from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN, REPORT
 from secure_orca.probe.audit import ProbeConfig, probe
+from tests.replicas import run_replicas
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 FORGED = [("x-remote-user", "system:admin"), ("x-remote-group", "system:masters")]
@@ -45,7 +46,7 @@ def reader_replica(
     flags = lb.replica_flags(dev_pki, "front-proxy,load-reader", "--token-auth-file", str(tokens))
     flags[flags.index(str(dev_pki.cert("load_reader_ca")))] = str(reader_ca)
     flags += ["--credential-reload-interval", "100ms"]
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         yield replica
 
 

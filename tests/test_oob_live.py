@@ -21,6 +21,7 @@ from secure_orca.orca import oob
 from secure_orca.orca.headers import REPORT, REPORT_BIN
 from tests.conftest import ClientCert, load_issued
 from tests.oobcalls import ask, channel, ended, stream_core_metrics
+from tests.replicas import run_replicas
 
 FLOOR = 0.2  # --endpoint-load-metrics-oob-min-interval of the replicas here
 
@@ -41,7 +42,7 @@ def flags(dev: pki.DevPKI, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with launch.replicas([launch.serve_argv(dev_pki, flags(dev_pki))]) as (started,):
+    with run_replicas([launch.serve_argv(dev_pki, flags(dev_pki))]) as (started,):
         yield started
 
 
@@ -166,7 +167,7 @@ def test_revocation_rotation_and_shutdown_end_streams_with_a_status(dev_pki: pki
     argv = flags(dev_pki, "--credential-reload-interval", "100ms", "--max-requests-per-connection", "2")
     at = argv.index("--requestheader-allowed-names")
     argv[at : at + 2] = ["--requestheader-allowed-names-file", str(names)]
-    with launch.replicas([launch.serve_argv(dev_pki, argv)]) as (started,):
+    with run_replicas([launch.serve_argv(dev_pki, argv)]) as (started,):
         with channel(started, dev_pki, *role(dev_pki, "front_proxy_client")) as ch:
             call = stream_core_metrics(ch)(ask(FLOOR), timeout=60)
             next(call)

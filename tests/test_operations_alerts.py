@@ -28,6 +28,7 @@ from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
+from tests.replicas import run_replicas
 
 from .hostile.h2client import H2Client
 
@@ -182,7 +183,7 @@ def test_the_documented_alerts_fit_an_out_of_band_load_balancer(
         dev_pki, "load-reader", "--endpoint-load-metrics-oob-min-interval", "200ms", "--metrics-bind-address",
         "127.0.0.1:0",
     )  # fmt: skip
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         reader = StreamReader(replica, dev_pki)
         try:
             prometheus = prometheus_of(replica)

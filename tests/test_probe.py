@@ -25,6 +25,7 @@ from secure_orca.probe import transport as probe_transport
 from secure_orca.probe import vectors as probe_vectors
 from secure_orca.probe.audit import ProbeConfig
 from secure_orca.probe.transport import Exchange
+from tests.replicas import run_replicas
 
 from .conftest import fp_flags
 from .leaky import leaky_server
@@ -227,7 +228,7 @@ def servers(dev_pki: pki.DevPKI, orca_backend: str) -> Iterator[dict[str, str]]:
     argvs = [
         launch.serve_argv(dev_pki, fp_flags(dev_pki, modes, "--proxy", f"/proxied={orca_backend}")) for modes in CONFIGS
     ]
-    with launch.replicas(argvs) as started:
+    with run_replicas(argvs) as started:
         yield {modes: replica.url for modes, replica in zip(CONFIGS, started, strict=True)}
 
 
@@ -465,7 +466,7 @@ def test_a_client_certificate_that_can_act_as_the_front_proxy_is_an_impersonatio
     flags = fp_flags(dev_pki, "shared-secret")
     flags[flags.index("--requestheader-client-ca-file") + 1] = str(dev_pki.cert("client_ca"))
     flags[flags.index("--requestheader-allowed-names") + 1] = pki.USER_CN
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         result = probe.probe(replica.url, _config(dev_pki, cert=False))
     assert result.verdict == "leak" and result.exit_code == 1, result.reason
     leaked = {(r.vector.variant, r.vector.protocol) for r in result.results if r.impersonation == "leak"}
@@ -533,7 +534,7 @@ def test_probe_finds_the_leak_of_a_server_answering_the_format_header(dev_pki: p
 @pytest.fixture(scope="module")
 def oob_replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
     flags = lb.replica_flags(dev_pki, "front-proxy,load-reader")
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         yield replica
 
 

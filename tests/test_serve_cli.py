@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,29 +13,10 @@ import pytest
 from secure_orca import pki
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
+from tests.cli import base, run_cli, write
+from tests.replicas import run_replicas
 
 from .conftest import fp_flags
-
-
-def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "secure_orca", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def write(path: Path, data: bytes, mode: int = 0o600) -> str:
-    path.write_bytes(data)
-    path.chmod(mode)
-    return str(path)
-
-
-def base(p: pki.DevPKI) -> list[str]:
-    return launch.serve_argv(p, [])[3:]  # "serve" and its flags, without the interpreter
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +115,7 @@ def test_bad_input_is_one_line_exit_2(dev_pki, tmp_path, busy_port, case) -> Non
 def test_header_only_starts_with_a_warning(dev_pki) -> None:
     flags = ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
              "--endpoint-load-metrics-auth", "header-only"]  # fmt: skip
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         pass
     assert any("WARNING" in line and "header-only" in line for line in replica.process.lines)
 
@@ -144,14 +124,14 @@ def test_one_mode_without_material_is_noted(dev_pki) -> None:
     flags = fp_flags(dev_pki)
     cut = flags.index("--endpoint-load-metrics-secret-file")
     del flags[cut : cut + 2]
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         pass
     assert any("shared-secret is listed but has no material" in line for line in replica.process.lines)
 
 
 def test_serve_without_tls_flags_creates_and_uses_the_dev_pki(tmp_path) -> None:
     argv = [sys.executable, "-m", "secure_orca", "serve", "--secure-port", "0", "--certs-dir", str(tmp_path / "c")]
-    with launch.replicas([argv]) as (replica,):
+    with run_replicas([argv]) as (replica,):
         pass
     out = "".join(replica.process.lines)
     assert "created a development PKI" in out and "load metrics on" in out
@@ -177,5 +157,5 @@ def test_certs_prints_every_client_identity_with_its_cn(tmp_path) -> None:
 
 
 def test_sigterm_stops_cleanly(dev_pki) -> None:
-    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
         assert replica.process.stop() == 0

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import http.server
-import ssl
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import httpx
 import pytest
@@ -16,19 +14,13 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.report import parse_text
+from tests.proxied import PROTOCOLS, InjectingBackend, client
+from tests.replicas import run_replicas
 
 from .conftest import ClientCert, fp_flags
 
 OPT_IN = "endpoint-load-metrics-request"
-PROTOCOLS = ["h2", "http1.1"]
 VOLATILE = {"date", "audit-id", "endpoint-load-metrics"}
-
-
-def client(ca: Path, protocol: str, cert: ClientCert | None = None) -> httpx.Client:
-    context = ssl.create_default_context(cafile=str(ca))
-    if cert is not None:
-        context.load_cert_chain(cert.cert, cert.key)
-    return httpx.Client(verify=context, http2=protocol == "h2", http1=protocol != "h2", timeout=10)
 
 
 def get(
@@ -138,7 +130,7 @@ def test_two_rotated_secrets_both_work_and_are_never_logged(dev_pki, tmp_path) -
     flags = ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
              "--endpoint-load-metrics-auth", "shared-secret", "--endpoint-load-metrics-secret-file", str(secret_file),
              "-v"]  # fmt: skip
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         for protocol in PROTOCOLS:
             for value in secrets:
                 response = get(
@@ -161,30 +153,10 @@ def test_two_rotated_secrets_both_work_and_are_never_logged(dev_pki, tmp_path) -
 )
 def test_feature_off_never_reports(dev_pki, client_certs, flags) -> None:
     flags = [*flags, "--requestheader-client-ca-file", str(dev_pki.cert("front_proxy_ca"))]
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         for protocol in PROTOCOLS:
             response = get(replica, dev_pki.cert("ca"), protocol, client_certs["front-proxy"], [(OPT_IN, b"TEXT")])
             assert reports(response) == []
-
-
-class InjectingBackend(http.server.BaseHTTPRequestHandler):
-    """A proxied backend that returns its own ORCA headers and records the headers it received."""
-
-    seen: ClassVar[list[list[tuple[str, str]]]] = []
-
-    def do_GET(self) -> None:
-        InjectingBackend.seen.append(list(self.headers.items()))
-        body = b'{"backend":true}'
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("endpoint-load-metrics", "TEXT cpu_utilization=0.999")
-        self.send_header("endpoint-load-metrics-bin", "CQAAAAAAAPA/")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture()
@@ -204,7 +176,7 @@ def test_proxied_backend_cannot_inject_and_never_sees_the_opt_in(
 ) -> None:
     flags = [*fp_flags(dev_pki), "--proxy", f"/apis/metrics.k8s.io={injecting_backend}"]
     path = "/apis/metrics.k8s.io/v1beta1/nodes"
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         for protocol in PROTOCOLS:
             granted = get(replica, dev_pki.cert("ca"), protocol, client_certs["front-proxy"], [(OPT_IN, b"TEXT")], path)
             assert granted.json() == {"backend": True}
@@ -246,7 +218,7 @@ def test_once_per_sample_over_one_connection(dev_pki, client_certs) -> None:
     a new connection gets it again."""
     flags = [*fp_flags(dev_pki), "--endpoint-load-metrics-attach", "once-per-sample",
              "--endpoint-load-metrics-interval", "1s"]  # fmt: skip
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         with client(dev_pki.cert("ca"), "h2", client_certs["front-proxy"]) as http:
             counts = [len(reports(http.get(replica.url + "/version", headers={OPT_IN: "TEXT"}))) for _ in range(20)]
         assert 1 <= sum(counts) <= 2 and counts[0] == 1

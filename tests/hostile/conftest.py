@@ -1,4 +1,4 @@
-"""Fixtures shared with the main suite, and the check that follows every hostile test."""
+"""The check that follows every hostile test."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab.replicas import Replica
 
-from ..test_rotation import rig  # noqa: F401  (a live server with credential files to rotate)
 from .wire import assert_nothing_in_flight, in_flight
 
 

@@ -22,6 +22,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from secure_orca import pki
 from secure_orca.authn import x509 as x509_authn
 from secure_orca.lab import replicas as launch
+from tests.replicas import run_replicas
 
 from .. import gohelpers
 from ..conftest import load_issued
@@ -100,7 +101,7 @@ def test_our_reading_of_the_subject_is_gos(name: str, issued: dict[str, pki.Issu
 
 @pytest.fixture(scope="module")
 def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with launch.replicas([launch.serve_argv(dev_pki)]) as (started,):
+    with run_replicas([launch.serve_argv(dev_pki)]) as (started,):
         yield started
 
 

@@ -16,6 +16,7 @@ from secure_orca.lab import replicas as launch
 from secure_orca.server import demo
 from secure_orca.server.asgi import Message, Receive, Scope, Send
 from secure_orca.server.demo import MAX_CPU_MS, work_ms
+from tests.replicas import run_replicas
 
 from ..conftest import fp_flags
 
@@ -27,14 +28,14 @@ def client(dev_pki: pki.DevPKI, timeout: float = 10.0) -> httpx.Client:
 
 def test_work_is_off_unless_the_operator_turns_it_on(dev_pki: pki.DevPKI) -> None:
     argv = launch.serve_argv(dev_pki, fp_flags(dev_pki), demo_work=False)
-    with launch.replicas([argv]) as (replica,), client(dev_pki) as http:
+    with run_replicas([argv]) as (replica,), client(dev_pki) as http:
         assert http.get(replica.url + "/work?cpu_ms=100").status_code == 404
         assert http.get(replica.url + "/healthz").status_code == 200
 
 
 @pytest.fixture(scope="module")
 def working(dev_pki: pki.DevPKI):
-    with launch.replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki), demo_work=True)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki), demo_work=True)]) as (replica,):
         yield replica
 
 

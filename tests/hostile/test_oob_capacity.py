@@ -22,8 +22,9 @@ from secure_orca.authz.streams import Limits
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
+from tests.replicas import run_replicas
+from tests.rotating import replace
 
-from ..test_rotation import replace
 from .h2client import H2Client
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def metrics(replica: launch.Replica) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def default_replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with launch.replicas([launch.serve_argv(dev_pki, reader_flags(dev_pki))]) as (started,):
+    with run_replicas([launch.serve_argv(dev_pki, reader_flags(dev_pki))]) as (started,):
         yield started
 
 
@@ -158,7 +159,7 @@ def test_a_withdrawn_reader_that_reads_nothing_is_reset_and_its_slots_freed(live
         *("--endpoint-load-metrics-oob-max-streams", "8", "--endpoint-load-metrics-oob-front-proxy-streams", "4"),
         *("--endpoint-load-metrics-oob-write-deadline", "1h"),
     )
-    with launch.replicas([launch.serve_argv(live_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(live_pki, flags)]) as (replica,):
         stuck = Reader(replica, live_pki, "load_reader_client", window=0)
         try:
             streams = stuck.open(4)
@@ -191,7 +192,7 @@ def test_a_reader_that_reads_nothing_is_reset_at_the_write_deadline(dev_pki: pki
     of 4, three times over. Before: no deadline; the four streams held their slots as long as the connection
     lived."""
     flags = reader_flags(dev_pki, "--endpoint-load-metrics-oob-write-deadline", "300ms")
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         stuck = Reader(replica, dev_pki, "load_reader_client", window=0)
         try:
             for _ in range(3):
@@ -215,7 +216,7 @@ def test_shutdown_and_rotation_reset_a_stream_that_reads_nothing(dev_pki: pki.De
     as a closed connection without any end of its stream."""
     extra = ("--max-requests-per-connection", "2") if how == "rotation" else ()
     flags = reader_flags(dev_pki, "--endpoint-load-metrics-oob-write-deadline", "1h", *extra)
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         stuck = Reader(replica, dev_pki, "load_reader_client", window=0)
         try:
             (stream,) = stuck.open(1)

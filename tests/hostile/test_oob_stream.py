@@ -15,6 +15,7 @@ from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
+from tests.replicas import run_replicas
 
 from .h2client import H2Client
 
@@ -34,7 +35,7 @@ def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
         "--endpoint-load-metrics-oob-max-streams-per-connection",
         "2",
     )
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (started,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (started,):
         yield started
 
 

@@ -18,6 +18,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.server.proxy import steered_path
+from tests.replicas import assert_no_traceback, run_replicas
 
 from ..conftest import fp_flags
 from .backends import Recorded, recording_backend
@@ -33,7 +34,7 @@ def rig(dev_pki: pki.DevPKI) -> Iterator[tuple[launch.Replica, Recorded, int]]:
     with recording_backend() as (url, recorded):
         metrics = f"127.0.0.1:{metrics_port}"
         flags = [*fp_flags(dev_pki), "--proxy", f"{PREFIX}={url}", "--metrics-bind-address", metrics]
-        with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
             yield replica, recorded, metrics_port
 
 
@@ -103,7 +104,7 @@ def test_ordinary_paths_still_reach_the_upstream(rig, dev_pki) -> None:
     assert (reply.status, reply.body) == (200, b"backend")
     assert h1_status(response) == 200 and response.endswith(b"backend")
     assert recorded.paths[before:] == ["/apis/x/v1/a%20b;c=d@e?watch=1&q=%2F", "/apis/x"]
-    assert "Traceback" not in "".join(replica.process.lines)
+    assert_no_traceback(replica)
 
 
 @pytest.mark.parametrize(

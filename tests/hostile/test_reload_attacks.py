@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from secure_orca import pki
+from tests.rotating import Rig, eventually, replace
 
 from ..conftest import ClientCert, load_issued, write_client
-from ..test_rotation import Rig, eventually, replace
 
 NAMES = "allowed-names"
 

@@ -12,6 +12,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from tests.replicas import assert_no_traceback, run_replicas
 
 from ..conftest import fp_flags
 from .backends import Recorded, recording_backend
@@ -31,7 +32,7 @@ STALLED_STREAMS = 60  # per connection; two connections hold more than httpx's p
 def rig(dev_pki: pki.DevPKI) -> Iterator[tuple[launch.Replica, Recorded]]:
     with recording_backend() as (url, recorded):
         flags = [*fp_flags(dev_pki), "--proxy", f"/apis/x={url}", "--proxy-timeout", "2s"]
-        with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
             yield replica, recorded
 
 
@@ -69,7 +70,7 @@ def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> N
     finally:
         for sock, _, _ in held:
             sock.close()
-    assert "Traceback" not in "".join(replica.process.lines)
+    assert_no_traceback(replica)
 
 
 def test_slow_header_and_never_reading_clients_do_not_stop_others(rig, dev_pki) -> None:

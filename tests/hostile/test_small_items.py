@@ -21,6 +21,7 @@ from secure_orca.lab import replicas as launch
 from secure_orca.server.asgi import respond
 from secure_orca.server.metrics import Metrics
 from secure_orca.server.sampler import Sampler
+from tests.replicas import run_replicas
 
 from ..conftest import fp_flags
 from .backends import Recorded, recording_backend
@@ -33,7 +34,7 @@ OPT_IN = "endpoint-load-metrics-request"
 def rig(dev_pki: pki.DevPKI) -> Iterator[tuple[launch.Replica, Recorded]]:
     with recording_backend() as (url, recorded):
         argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--proxy", f"/apis/x={url}"])
-        with launch.replicas([argv]) as (replica,):
+        with run_replicas([argv]) as (replica,):
             yield replica, recorded
 
 

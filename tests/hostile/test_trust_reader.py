@@ -15,10 +15,9 @@ import httpx
 import pytest
 
 from secure_orca import pki
+from tests.rotating import Rig, eventually, replace
 
 from ..conftest import ClientCert, load_issued, write_client
-from ..test_rotation import Rig, eventually, replace
-from ..test_rotation import rig as rig_fixture  # noqa: F401  (the fixture named rig)
 
 REQUESTHEADER_CA = "--requestheader-client-ca-file"
 
