@@ -1,5 +1,5 @@
 """The Go peer (benchmarks/gopeer/main.go): Go's net/http doing the same gate on /healthz, built with the Go
-toolchain of the ``peers`` extra (tests.gohelpers: cached per source and Go version) and run as a replica."""
+toolchain of the ``peers`` extra (secure_orca.lab.gobuild: cached per source and Go version) and run as a replica."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from secure_orca import pki
+from secure_orca.lab import gobuild
 from secure_orca.lab import replicas as launch
-from tests import gohelpers
 
 SOURCE = Path(__file__).with_name("gopeer") / "main.go"
 
@@ -17,7 +17,7 @@ SOURCE = Path(__file__).with_name("gopeer") / "main.go"
 @contextmanager
 def go_peer(dev: pki.DevPKI, *, max_procs: int | None = None) -> Iterator[launch.Replica]:
     """A running Go peer trusting ``dev``'s front-proxy CA (GOMAXPROCS=``max_procs`` when given)."""
-    binary = gohelpers.build("gopeer", SOURCE)
+    binary = gobuild.build("gopeer", SOURCE)
     argv = [
         str(binary),
         "-cert",

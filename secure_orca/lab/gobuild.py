@@ -1,4 +1,4 @@
-"""The Go helpers of the tests (tests/x509oracle, tests/hostile/gosubject), built once per machine.
+"""Go helpers (tests/x509oracle, tests/hostile/gosubject, benchmarks/gopeer), built once per machine.
 
 A cold ``go build`` compiles Go's standard library (~30 s on 2 cores), so each helper is built into a cache
 directory outside the work tree, under a name keyed by its source and the Go version; the build runs under a
