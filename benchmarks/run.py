@@ -1,12 +1,18 @@
 """Run the performance benchmarks (the cost of the load report on the request path) and write Markdown and JSON results.
 
-    python -m benchmarks.run                 # full run (about 12 minutes on 2 cores)
-    python -m benchmarks.run --smoke         # small counts: checks that everything runs (CI)
+    python -m benchmarks.run                 # the request path's sections (about 12 minutes on 2 cores)
+    python -m benchmarks.run --smoke         # every section with small counts: checks that everything runs
     python -m benchmarks.run --only middleware --output /tmp/bench
+    python -m benchmarks.run --only audit-cost --only handshake-cost
 
-Sections: endtoend (h2load against replicas), middleware (in process), connections (mTLS per connection),
-sampler (idle CPU), profile (where server time goes). Every comparison is interleaved in rounds and reported
-as ratios with their spread, so a shared, noisy machine cancels out.
+The request path's sections: endtoend (h2load against replicas), middleware (in process), connections (mTLS per
+connection), sampler (idle CPU), profile (where server time goes). Every comparison is interleaved in rounds and
+reported as ratios with their spread, so a shared, noisy machine cancels out.
+
+The other sections are named by the question they answer (``SCRIPTS``); each is also its own script,
+``python -m benchmarks.MODULE`` with that script's arguments, and run here as that script with its default
+arguments (small ones under ``--smoke``, or skipped with the reason printed when it cannot run small). Their
+section of results.md is what the script printed.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from secure_orca.lab.loadgen import build_shim, h2load_path
 from . import connections, endtoend, middleware_cost, profile, sampler_cpu
 from .common import BenchPKI, Load, jsonable
 
-SECTIONS = ("endtoend", "middleware", "connections", "sampler", "profile")
+REQUEST_PATH = ("endtoend", "middleware", "connections", "sampler", "profile")
 DEFAULT_OUTPUT = Path(tempfile.gettempdir()) / "secure-orca-bench"
 
 
@@ -84,6 +90,91 @@ SMOKE = Settings(
 )
 
 
+@dataclass(frozen=True)
+class Script:
+    """A benchmark that is its own script, ``python -m benchmarks.<module>``, as a section: the question it
+    answers, the arguments of a smoke run (``None``: it cannot run small, for ``reason``)."""
+
+    module: str
+    question: str
+    smoke: tuple[str, ...] | None
+    reason: str = ""
+
+
+CALLGRIND = "runs under callgrind: minutes before the first figure"
+SCRIPTS = {
+    "audit-cost": Script("audit_cost", "What the audit log costs per request, in instructions", None, CALLGRIND),
+    "audit-flood": Script(
+        "audit_flood",
+        "Another client's p99 while a hostile flood fills the audit log",
+        ("--rounds", "1", "--requests", "60", "--samples", "10"),
+    ),
+    "authn-cost": Script(
+        "authn_cost", "What authentication adds per request, in process", ("--rounds", "1", "--count", "200")
+    ),
+    "connection-memory": Script("connection_memory", "Memory a starved HTTP/2 connection leaves behind", ("5",)),
+    "handshake-flood": Script("handshake_flood", "Another client's latency under a flood of handshakes", ("20",)),
+    "handshake-cost": Script(
+        "handshakes", "Server CPU per TLS handshake, by key exchange and signature scheme", ("5", "1")
+    ),
+    "header-field-cost": Script(
+        "hpack_field_cost", "What one more response header field costs h2 and hpack", None, CALLGRIND
+    ),
+    "report-instructions": Script(
+        "instructions", "What the load report costs per request, in instructions", None, CALLGRIND
+    ),
+    "report-bytecodes": Script(
+        "opcodes",
+        "Where the report's extra work goes, by Python function",
+        ("--requests", "30", "--baseline", "10", "--top", "5"),
+    ),
+    "oob-instructions": Script("oob_instructions", "Instructions per streamed out-of-band report", None, CALLGRIND),
+    "oob-staleness": Script(
+        "oob_staleness",
+        "How long a load step takes to move Envoy's weight, in band and out of band",
+        None,
+        "waits, in wall time, for Envoy's weights to move at every rate and period",
+    ),
+    "oob-wire": Script("oob_wire", "Bytes on the wire per out-of-band report", ("--reports", "3", "--interval", "0.1")),
+    "pending-bodies": Script(
+        "pending_bodies",
+        "Memory per connection when every stream is a POST whose body never comes",
+        ("--connections", "2", "--streams", "5", "--waves", "1"),
+    ),
+    "reconnect-bursts": Script(
+        "reconnect_bursts", "Another client's latency while a load balancer fleet reconnects", ("0.5", "1")
+    ),
+    "resumption-cost": Script("resumption", "What turning TLS session tickets off costs per connection", ("10",)),
+    "verification-cost": Script(
+        "verification",
+        "What a presented chain costs to verify, and what crafted chains do to another client",
+        ("--repeats", "1", "--rounds", "1", "--samples", "20", "--decoys", "1", "--skip-instructions"),
+    ),
+    "workers-throughput": Script(
+        "workers", "Requests per CPU-second of serve --workers 1 and 2 and the Go peer", ("1", "1")
+    ),
+}
+SECTIONS = (*REQUEST_PATH, *SCRIPTS)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_script(script: Script, smoke: bool) -> dict[str, Any]:
+    """Run the script in its own process (its default arguments, or the smoke ones) and keep what it printed;
+    a script that cannot run small is skipped under ``--smoke``, with the reason printed."""
+    if smoke and script.smoke is None:
+        print(f"benchmarks: skipped in smoke: {script.reason}", file=sys.stderr, flush=True)
+        return {"skipped": script.reason}
+    argv = [sys.executable, "-m", f"benchmarks.{script.module}", *(script.smoke if smoke and script.smoke else ())]
+    done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
+    return {"command": shlex.join(["python", *argv[1:]]), "output": done.stdout}
+
+
+def render_script(result: dict[str, Any]) -> str:
+    if "skipped" in result:
+        return f"Skipped: {result['skipped']}."
+    return f"`{result['command']}`\n\n{result['output'].rstrip()}"
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     cpu = "unknown"
@@ -115,7 +206,10 @@ def sections(settings: Settings, bench: BenchPKI, work: Path) -> dict[str, Calla
     def shim() -> Path:
         return build_shim(work)
 
+    smoke = settings is SMOKE
+    scripts = {name: (lambda script=script: run_script(script, smoke)) for name, script in SCRIPTS.items()}
     return {
+        **scripts,
         "endtoend": lambda: endtoend.run(bench, settings.e2e_loads, settings.e2e_rounds, shim(), work),
         "middleware": lambda: middleware_cost.run(bench, settings.mw_rounds, settings.mw_requests, settings.mw_seconds),
         "connections": lambda: connections.run(
@@ -138,6 +232,7 @@ RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
     "connections": connections.render,
     "sampler": sampler_cpu.render,
     "profile": profile.render,
+    **dict.fromkeys(SCRIPTS, render_script),
 }
 TITLES = {
     "endtoend": "1. End to end: h2load over TLS + HTTP/2",
@@ -145,10 +240,11 @@ TITLES = {
     "connections": "3. Per-connection cost of mTLS",
     "sampler": "4. Sampler CPU, server idle",
     "profile": "Where the server's time goes (variant b)",
+    **{name: script.question for name, script in SCRIPTS.items()},
 }
 
 
-def run_all(settings: Settings, output: Path, only: Sequence[str] = SECTIONS) -> dict[str, Any]:
+def run_all(settings: Settings, output: Path, only: Sequence[str] = REQUEST_PATH) -> dict[str, Any]:
     """Run the chosen sections in order; returns their results (keyed by section) with timings."""
     output.mkdir(parents=True, exist_ok=True)
     bench = BenchPKI.create(output / "pki")
@@ -183,10 +279,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"results directory ({DEFAULT_OUTPUT})")
     parser.add_argument("--json", type=Path, help="also write the JSON results to this file")
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the sections and the question each answers")
     args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(f"{name:20} {TITLES[name]}" for name in SECTIONS))
+        return 0
     command = shlex.join(["python", "-m", "benchmarks.run", *(sys.argv[1:] if argv is None else argv)])
     info = machine() | {"date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
-    results = run_all(SMOKE if args.smoke else FULL, args.output, args.only or SECTIONS)
+    everything = SECTIONS if args.smoke else REQUEST_PATH  # a full run of every section takes hours
+    results = run_all(SMOKE if args.smoke else FULL, args.output, args.only or everything)
     text = markdown(results, info, command)
     payload = json.dumps(jsonable({"command": command, "machine": info, "results": results}), indent=1)
     (args.output / "results.md").write_text(text)
