@@ -4,7 +4,6 @@ and running replicas of ``secure-orca serve`` (real subprocesses on loopback).""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +15,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from secure_orca import pki
 from secure_orca.credentials import devpki
-from secure_orca.lab import replicas as launch
-from tests.replicas import run_replicas
+from tests.replicas import replica_fixture
 from tests.rotating import rig  # noqa: F401  (a live server with credential files to rotate)
 
 
@@ -106,11 +104,8 @@ def fp_flags(dev_pki: pki.DevPKI, modes: str = "front-proxy,shared-secret", *ext
     ]
 
 
-@pytest.fixture(scope="session")
-def secured_replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    """One replica with the default modes (front-proxy,shared-secret), shared by the read-only tests."""
-    with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as started:
-        yield started[0]
+# One replica with the default modes (front-proxy,shared-secret), shared by the read-only tests.
+secured_replica = replica_fixture(fp_flags, scope="session")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import ssl
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -21,7 +20,7 @@ from secure_orca.orca import oob
 from secure_orca.orca.headers import REPORT, REPORT_BIN
 from tests.conftest import ClientCert, load_issued
 from tests.oobcalls import ask, channel, ended, stream_core_metrics
-from tests.replicas import run_replicas
+from tests.replicas import replica_fixture, run_replicas
 
 FLOOR = 0.2  # --endpoint-load-metrics-oob-min-interval of the replicas here
 
@@ -40,10 +39,7 @@ def flags(dev: pki.DevPKI, *extra: str) -> list[str]:
     )
 
 
-@pytest.fixture(scope="module")
-def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with run_replicas([launch.serve_argv(dev_pki, flags(dev_pki))]) as (started,):
-        yield started
+replica = replica_fixture(flags)
 
 
 def role(dev: pki.DevPKI, name: str) -> tuple[Path, Path]:

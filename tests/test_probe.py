@@ -25,7 +25,7 @@ from secure_orca.probe import transport as probe_transport
 from secure_orca.probe import vectors as probe_vectors
 from secure_orca.probe.audit import ProbeConfig
 from secure_orca.probe.transport import Exchange
-from tests.replicas import run_replicas
+from tests.replicas import replica_fixture, run_replicas
 
 from .conftest import fp_flags
 from .leaky import leaky_server
@@ -531,11 +531,7 @@ def test_probe_finds_the_leak_of_a_server_answering_the_format_header(dev_pki: p
     assert "asked with endpoint-load-metrics-format: TEXT, answered in header endpoint-load-metrics" in result.reason
 
 
-@pytest.fixture(scope="module")
-def oob_replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    flags = lb.replica_flags(dev_pki, "front-proxy,load-reader")
-    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
-        yield replica
+oob_replica = replica_fixture(lambda dev: lb.replica_flags(dev, "front-proxy,load-reader"))
 
 
 def test_our_stream_leaks_to_no_bypass_client(oob_replica: launch.Replica, dev_pki: pki.DevPKI) -> None:

@@ -11,15 +11,13 @@ import json
 import ssl
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.server.asgi import MAX_PENDING_BODIES, BodyDeadline, Message, Scope
-from tests.replicas import run_replicas
+from tests.replicas import replica_fixture
 
 from ..conftest import ClientCert, fp_flags
 from .h2client import H2Client
@@ -30,11 +28,8 @@ OPT_IN = "endpoint-load-metrics-request"
 EXTRA = 8  # streams beyond MAX_PENDING_BODIES on one connection
 
 
-@pytest.fixture(scope="module")
-def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    flags = [*fp_flags(dev_pki), "--request-timeout", "2s"]  # long enough for all 40 to be waiting at once
-    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (started,):
-        yield started
+# 2 s: long enough for all 40 to be waiting at once
+replica = replica_fixture(lambda dev: [*fp_flags(dev), "--request-timeout", "2s"])
 
 
 def reasons(client: H2Client, streams: list[int]) -> Counter[tuple[int | None, str]]:

@@ -9,7 +9,6 @@ import datetime as dt
 import json
 import ssl
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,7 @@ from secure_orca import pki
 from secure_orca.authn import x509 as x509_authn
 from secure_orca.lab import gobuild
 from secure_orca.lab import replicas as launch
-from tests.replicas import run_replicas
+from tests.replicas import replica_fixture
 
 from ..conftest import load_issued
 
@@ -99,10 +98,7 @@ def test_our_reading_of_the_subject_is_gos(name: str, issued: dict[str, pki.Issu
     assert (ours.name, list(ours.groups)) == (go["cn"], go["o"] or [])
 
 
-@pytest.fixture(scope="module")
-def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with run_replicas([launch.serve_argv(dev_pki)]) as (started,):
-        yield started
+replica = replica_fixture()
 
 
 @pytest.mark.parametrize("name", SUBJECTS)

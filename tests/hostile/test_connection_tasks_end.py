@@ -7,23 +7,17 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 
 import h2.settings
-import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from tests.replicas import assert_no_traceback, run_replicas
+from tests.replicas import assert_no_traceback, replica_fixture, run_replicas
 
 from ..conftest import fp_flags
 from .wire import assert_nothing_in_flight, connect, h2_client, log_text, tls_context
 
-
-@pytest.fixture(scope="module")
-def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (started,):
-        yield started
+replica = replica_fixture(fp_flags)
 
 
 def starve_and_leave(replica: launch.Replica, dev_pki: pki.DevPKI) -> int:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from tests.replicas import run_replicas
+from tests.replicas import replica_fixture, run_replicas
 
 from ..conftest import ClientCert, fp_flags
 from .h2client import H2Client
@@ -21,11 +21,7 @@ from .h2client import Stream as H2Stream
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 
-@pytest.fixture(scope="module")
-def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    flags = [*fp_flags(dev_pki), "--requestheader-missing-user=unauthorized"]  # kube: a 401 answered early
-    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (started,):
-        yield started
+replica = replica_fixture(lambda dev: [*fp_flags(dev), "--requestheader-missing-user=unauthorized"])  # kube: 401 early
 
 
 def after_response_body(client: H2Client, stream: int) -> None:

@@ -19,7 +19,7 @@ from hyperframe.frame import ContinuationFrame, HeadersFrame
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.procfs import rss_kib
-from tests.replicas import assert_no_traceback, run_replicas
+from tests.replicas import assert_no_traceback, replica_fixture
 
 from ..conftest import fp_flags
 from .wire import (
@@ -37,10 +37,7 @@ PSEUDO = [(":method", "GET"), (":path", "/version"), (":scheme", "https"), (":au
 OPT_IN = "endpoint-load-metrics-request"
 
 
-@pytest.fixture(scope="module")
-def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (started,):
-        yield started
+replica = replica_fixture(fp_flags)
 
 
 def send_until_refused(sock: ssl.SSLSocket, frames: Iterator[bytes]) -> bool:

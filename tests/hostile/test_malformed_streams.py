@@ -7,14 +7,13 @@ stream is reset and a request in progress on the same connection completes, with
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import h2.errors
 import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from tests.replicas import run_replicas
+from tests.replicas import replica_fixture
 
 from ..conftest import fp_flags
 from .wire import connect, h2_client, read_streams, tls_context
@@ -32,10 +31,7 @@ MALFORMED = {
 }
 
 
-@pytest.fixture(scope="module")
-def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (started,):
-        yield started
+replica = replica_fixture(fp_flags)
 
 
 def beside_a_request_in_progress(replica: launch.Replica, dev_pki: pki.DevPKI, send_malformed) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import shutil
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +21,7 @@ from secure_orca.authz.streams import Limits
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
-from tests.replicas import run_replicas
+from tests.replicas import replica_fixture, run_replicas
 from tests.rotating import replace
 
 from .h2client import H2Client
@@ -107,10 +106,7 @@ def metrics(replica: launch.Replica) -> dict[str, float]:
     return {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in text.splitlines() if line[:1] != "#"}
 
 
-@pytest.fixture(scope="module")
-def default_replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with run_replicas([launch.serve_argv(dev_pki, reader_flags(dev_pki))]) as (started,):
-        yield started
+default_replica = replica_fixture(reader_flags)
 
 
 @pytest.fixture()

@@ -5,17 +5,15 @@ stream gives its slot back (a client cannot exhaust the bounds by resetting)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import h2.events
-import pytest
 
 from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
-from tests.replicas import run_replicas
+from tests.replicas import replica_fixture
 
 from .h2client import H2Client
 
@@ -25,18 +23,16 @@ if TYPE_CHECKING:
 GRPC = [("content-type", "application/grpc"), ("te", "trailers")]
 
 
-@pytest.fixture(scope="module")
-def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    flags = lb.replica_flags(
-        dev_pki,
+replica = replica_fixture(
+    lambda dev: lb.replica_flags(
+        dev,
         "front-proxy,load-reader",
         "--endpoint-load-metrics-oob-min-interval",
         "100ms",
         "--endpoint-load-metrics-oob-max-streams-per-connection",
         "2",
     )
-    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (started,):
-        yield started
+)
 
 
 def connect(replica: launch.Replica, dev: pki.DevPKI, role: str | None) -> tuple[H2Client, dict[int, dict[str, str]]]:
