@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from secure_orca import pki
-from tests.cli import base, run_cli, write
+from tests.commandline import base, run_cli, write
 
 TOKEN = "tok-do-not-show-0123456789"
 

@@ -13,7 +13,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
-from tests.cli import base, run_cli, write
+from tests.commandline import base, run_cli, write
 from tests.replicas import run_replicas
 
 from .conftest import fp_flags
