@@ -151,7 +151,7 @@ SCRIPTS = {
         ("--repeats", "1", "--rounds", "1", "--samples", "20", "--decoys", "1", "--skip-instructions"),
     ),
     "workers-throughput": Script(
-        "workers", "Requests per CPU-second of serve --workers 1 and 2 and the Go peer", ("1", "1")
+        "workers", "Requests per CPU-second: serve --workers 1 and 2, asyncio and uvloop, and the Go peer", ("1", "1")
     ),
 }
 SECTIONS = (*REQUEST_PATH, *SCRIPTS)
