@@ -20,6 +20,7 @@ from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.sockets import children, connections, listening
 from secure_orca.server.listener import BACKLOG
+from tests.replicas import run_replicas
 
 
 def accept_queue(port: int) -> int:
@@ -33,7 +34,7 @@ def accept_queue(port: int) -> int:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_accept_queue_is_the_one_asked_for(dev_pki: pki.DevPKI, workers: int) -> None:
     argv = launch.serve_argv(dev_pki, lb.replica_flags(dev_pki, "front-proxy", "--workers", str(workers)))
-    with launch.replicas([argv]) as (replica,):
+    with run_replicas([argv]) as (replica,):
         if workers > 1:
             every_worker_accepts(replica, dev_pki, workers)
         expected = min(BACKLOG, int(Path("/proc/sys/net/core/somaxconn").read_text()))
