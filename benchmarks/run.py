@@ -150,6 +150,11 @@ SCRIPTS = {
         "What a presented chain costs to verify, and what crafted chains do to another client",
         ("--repeats", "1", "--rounds", "1", "--samples", "20", "--decoys", "1", "--skip-instructions"),
     ),
+    "worker-spread": Script(
+        "spread",
+        "How a load balancer's few connections spread over two workers, and what that does to req/s",
+        ("1", "1"),
+    ),
     "workers-throughput": Script(
         "workers", "Requests per CPU-second: serve --workers 1 and 2, asyncio and uvloop, and the Go peer", ("1", "1")
     ),

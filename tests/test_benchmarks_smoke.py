@@ -79,3 +79,23 @@ def test_authentication_verifies_each_chain_once(tmp_path: Path) -> None:
     assert set(added) == {"anonymous (no certificate)", "x509 user (client CA)", "front proxy naming a user"}
     # Two certificates (user, front proxy), each checked against both bundles once, over 1,200 requests.
     assert verifications == {"front-proxy": 2, "client-ca": 2}
+
+
+def test_every_benchmark_script_is_a_section() -> None:
+    scripts = {p.stem for p in Path(run.__file__).parent.glob("*.py") if '__name__ == "__main__"' in p.read_text()}
+    assert scripts - {"run"} == {script.module for script in run.SCRIPTS.values()}
+
+
+def test_a_script_section_keeps_what_the_script_printed(tmp_path: Path) -> None:
+    result = run.run_all(run.SMOKE, tmp_path, ["authn-cost"])["authn-cost"]
+    assert result["command"] == "python -m benchmarks.authn_cost --rounds 1 --count 200"
+    assert "certificate chain verifications over all requests" in result["output"]
+    info = dict.fromkeys(
+        ("nproc", "usable_cpus", "cpu", "kernel", "python", "hypercorn", "h2", "h2load", "git", "date")
+    )
+    text = run.markdown({"authn-cost": result | {"seconds": 0}}, info, "python -m benchmarks.run --only authn-cost")
+    assert f"### {run.TITLES['authn-cost']}" in text and result["output"].strip() in text
+
+
+def test_a_section_that_cannot_run_small_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    assert run.run_all(run.SMOKE, tmp_path, ["audit-cost"])["audit-cost"]["skipped"] == run.CALLGRIND
