@@ -113,6 +113,9 @@ SCRIPTS = {
         "authn_cost", "What authentication adds per request, in process", ("--rounds", "1", "--count", "200")
     ),
     "connection-memory": Script("connection_memory", "Memory a starved HTTP/2 connection leaves behind", ("5",)),
+    "event-loop-cost": Script(
+        "event_loop", "Instructions per request on asyncio's event loop and on uvloop's", None, CALLGRIND
+    ),
     "handshake-flood": Script("handshake_flood", "Another client's latency under a flood of handshakes", ("20",)),
     "handshake-cost": Script(
         "handshakes", "Server CPU per TLS handshake, by key exchange and signature scheme", ("5", "1")

@@ -13,6 +13,7 @@ from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.sockets import children
+from tests.replicas import run_replicas
 
 
 def alive(pid: int) -> bool:
@@ -26,7 +27,7 @@ def alive(pid: int) -> bool:
 def test_workers_end_with_a_killed_supervisor(dev_pki: pki.DevPKI) -> None:
     metrics = f"127.0.0.1:{launch.free_port()}"
     flags = lb.replica_flags(dev_pki, "front-proxy", "--workers", "2", "--metrics-bind-address", metrics)
-    with launch.replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         supervisor = replica.process.popen.pid
         deadline = time.monotonic() + 20
         # two workers, the metrics process and the credential reader
