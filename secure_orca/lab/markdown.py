@@ -41,7 +41,7 @@ SOURCES = {
     "what else the credential grants": ("secure_orca/lab/evaluate.py (grants)", "docs/threat-model.md"),
     "matched freshness": ("secure_orca/lab/matched.py, secure_orca/lab/staleness.py, secure_orca/lab/oobcost.py",
                           "docs/out-of-band.md"),
-    "recommendation": ("secure_orca/lab/recommend.py", "tests/test_recommend.py"),
+    "recommendation": ("secure_orca/lab/recommend.py", "tests/lab/test_recommend.py"),
 }  # fmt: skip
 
 
@@ -180,7 +180,8 @@ def render_markdown(results: Evaluation) -> str:
         "## Operational burden (a description, not a measurement)\n",
         table(["option", *BURDEN["header-only"].keys()], burden_rows),
         "\n## Recommendation\n",
-        "The rules, in order (`secure_orca/lab/recommend.py`; each is moved both ways by `tests/test_recommend.py`): "
+        "The rules, in order (`secure_orca/lab/recommend.py`; each is moved both ways by "
+        "`tests/lab/test_recommend.py`): "
         + "; ".join(f"{i}. {r}" for i, r in enumerate(RULES, 1))
         + ". A comparison counts only where the ranges separate.\n",
         *[f"- {line}" for line in results.recommendation],
@@ -265,7 +266,7 @@ REVIEWER = [
     "latency, and only that: a report adds the server's load from every other client, at the sampler's resolution "
     "(by default 0.1 s, two decimals), so a bypass client can watch other tenants' activity as it happens (when a "
     "controller starts a list, how busy the server is before it sends a costly request) and time its own load "
-    "against it. `/metrics` does not show these values (tests/test_metrics_authentication.py) and is itself "
+    "against it. `/metrics` does not show these values (tests/server/test_metrics_authentication.py) and is itself "
     "gated by RBAC in kube-apiserver; what it shows (request counts and latencies by verb and resource) is "
     "cumulative and scraped, not a live per-replica utilization. No value in a report is writable by a client: "
     "a leak exposes, it does not steer.\n",

@@ -1,6 +1,6 @@
 """The recommendation of ``secure-orca evaluate``: all of its prose, derived from the measured results by rules
 written here (pure: figures in, sentences out). Each rule is a function a test can move both ways
-(tests/test_recommend.py); the choices that are not measurements are ``POLICY``, stated in their own paragraph.
+(tests/lab/test_recommend.py); the choices that are not measurements are ``POLICY``, stated in their own paragraph.
 
 The rules, in order (``RULES`` names them in the document):
 

@@ -6,7 +6,7 @@ stays full (about 50 entries) and every response pays for several full scans; th
 place per response until it is evicted and Huffman-coded again. ``IndexedHeaderTable`` keeps, beside hpack's
 own deque, the number of the newest insertion of each field and of each name, so a search is dict lookups and
 returns exactly the index hpack's scan returns: the bytes on the wire are hpack's, byte for byte
-(``tests/test_h2_headers.py`` encodes random header sequences with both and compares).
+(``tests/server/test_h2_headers.py`` encodes random header sequences with both and compares).
 
 ``IndexedEncoder`` appends the carried report (``http.connection.GatewayH2Connection`` takes it out of h2's way once
 ``passes_unchanged`` says h2 would pass it unchanged): one indexed byte while the table holds it, else a literal whose
@@ -19,7 +19,7 @@ when hpack 4.2 would drop one (``IndexedEncoder.header_table_size``).
 Relies on hpack 4.x's ``Encoder`` (``header_table``, ``huffman_coder``, ``add``, ``_encode_indexed``,
 ``table_size_changes``, ``encode`` emitting the changes while ``header_table.resized``) and
 ``HeaderTable`` (``dynamic_entries``, ``_current_size``, ``_maxsize``, ``add``, ``_shrink``, ``maxsize``,
-``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/test_h2_headers.py``.
+``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/server/test_h2_headers.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """CA bundles as client-go's ``cert.ParseCertsPEM`` reads them, over Go's ``encoding/pem`` ``Decode`` (pure).
 
 ``decode`` follows Go's ``src/encoding/pem/pem.go`` (golang/go commit 08b16d7081426968583175c7375a2123671ee6c5,
-checked against Go 1.26.0 by tests/test_x509_differential.py): a block starts at ``-----BEGIN `` at the start of
+checked against Go 1.26.0 by tests/x509/test_x509_differential.py): a block starts at ``-----BEGIN `` at the start of
 the input or after a newline, its type line ends with ``-----``, lines holding a colon right after it are headers,
 and it ends at ``-----END `` preceded by a newline (or, with no headers, right at the body's start) followed by the
 same type, ``-----`` and nothing but spaces or tabs on that line. A candidate that fails any of these rules, or

@@ -14,9 +14,8 @@ from secure_orca import pki
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 from tests.commandline import base, run_cli, write
+from tests.conftest import fp_flags
 from tests.replicas import run_replicas
-
-from .conftest import fp_flags
 
 
 @pytest.fixture(scope="module")

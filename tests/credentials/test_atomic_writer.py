@@ -19,11 +19,10 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from tests.atomic_writer import DATA, AtomicWriter
+from tests.conftest import load_issued
 from tests.replicas import run_replicas
 from tests.rotating import eventually
-
-from .atomic_writer import DATA, AtomicWriter
-from .conftest import load_issued
 
 OPT_IN = "endpoint-load-metrics-request"
 POLL = 0.1  # --credential-reload-interval

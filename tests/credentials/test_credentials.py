@@ -14,7 +14,7 @@ from secure_orca import pki
 from secure_orca.credentials import devpki, flags, loader
 from secure_orca.errors import CredentialError
 
-PACKAGE = Path(__file__).resolve().parent.parent / "secure_orca"
+PACKAGE = Path(__file__).resolve().parents[2] / "secure_orca"
 
 
 @pytest.fixture()

@@ -10,9 +10,8 @@ from pathlib import Path
 import httpx
 
 from secure_orca import pki
+from tests.conftest import ClientCert, load_issued, write_client
 from tests.rotating import Rig, eventually, replace
-
-from .conftest import ClientCert, load_issued, write_client
 
 
 def test_secret_rotation_and_a_refused_empty_file(rig: Rig) -> None:
@@ -106,7 +105,8 @@ def test_metrics_expose_the_sampler_but_no_load_value(rig: Rig) -> None:
     metrics = rig.metrics()
     ticks = re.search(r"^secure_orca_sampler_ticks_total ([0-9.e+]+)$", metrics, re.M)
     assert ticks is not None and float(ticks.group(1)) >= 1
-    assert "cpu_utilization" not in metrics  # load values are never exported (tests/test_metrics_authentication.py)
+    # Load values are never exported (tests/server/test_metrics_authentication.py).
+    assert "cpu_utilization" not in metrics
     assert "secure_orca_sampler_errors_total 0.0" in metrics
 
 

@@ -31,7 +31,7 @@ from secure_orca.envoy import files as envoy_files
 from secure_orca.server.sampler import Sources, parse_cpu_max, parse_memory_limit
 from secure_orca.workers.supervisor import default_workers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = ("front-proxy,shared-secret", "front-proxy", "shared-secret", "load-reader", "header-only")
 OUT_OF_BAND = ("front-proxy@oob", "load-reader@oob")  # the certificate options, load read out of band
 

@@ -32,9 +32,8 @@ from secure_orca.lab import h2load
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN as OPT_IN
 from secure_orca.orca.report import DEFAULT_DECIMALS
+from tests.conftest import fp_flags
 from tests.replicas import run_replicas
-
-from .conftest import fp_flags
 
 HEADERS, CONTINUATION, GOAWAY = 0x1, 0x9, 0x7  # RFC 9113 frame types and flags, written out independently
 END_HEADERS, PADDED, PRIORITY = 0x4, 0x8, 0x20

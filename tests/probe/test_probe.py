@@ -25,10 +25,9 @@ from secure_orca.probe import transport as probe_transport
 from secure_orca.probe import vectors as probe_vectors
 from secure_orca.probe.audit import ProbeConfig
 from secure_orca.probe.transport import Exchange
+from tests.conftest import fp_flags
+from tests.leaky import leaky_server
 from tests.replicas import replica_fixture, run_replicas
-
-from .conftest import fp_flags
-from .leaky import leaky_server
 
 SECRET = "s3cr3t-" + "x" * 36
 

@@ -23,10 +23,9 @@ from secure_orca.authz.reasons import Reason
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 from secure_orca.server import audit
+from tests.conftest import ClientCert, fp_flags
 from tests.replicas import run_replicas
 from tests.rotating import eventually
-
-from .conftest import ClientCert, fp_flags
 
 # The json names of kubernetes/apiserver pkg/apis/audit/v1/types.go Event (24a394e516bf) we write.
 EVENT_FIELDS = {

@@ -20,9 +20,8 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.procfs import rss_kib
+from tests.conftest import ClientCert, fp_flags
 from tests.replicas import run_replicas
-
-from .conftest import ClientCert, fp_flags
 
 OPT_IN = "endpoint-load-metrics-request"
 

@@ -20,9 +20,8 @@ from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStr
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.server.http.rotation import MAX_STREAM_ID
+from tests.conftest import fp_flags
 from tests.replicas import run_replicas
-
-from .conftest import fp_flags
 
 
 @dataclass
@@ -200,7 +199,7 @@ def test_http11_rotation_closes_after_the_response(rotating, dev_pki) -> None:
 def test_rotation_is_off_by_default(dev_pki: pki.DevPKI) -> None:
     """kube-apiserver has no per-connection request limit (and --goaway-chance 0), so a load
     balancer's connection is never rotated unless asked: 1,050 requests on one connection, no GOAWAY."""
-    from .hostile.wire import connect, h2_client, read_streams, tls_context
+    from tests.hostile.wire import connect, h2_client, read_streams, tls_context
 
     headers = [(":method", "GET"), (":path", "/healthz"), (":scheme", "https"), (":authority", "localhost")]
     with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):

@@ -14,10 +14,9 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.report import parse_text
+from tests.conftest import ClientCert, fp_flags
 from tests.proxied import PROTOCOLS, InjectingBackend, client
 from tests.replicas import run_replicas
-
-from .conftest import ClientCert, fp_flags
 
 OPT_IN = "endpoint-load-metrics-request"
 VOLATILE = {"date", "audit-id", "endpoint-load-metrics"}

@@ -120,7 +120,7 @@ def test_mutated_ca_bundles_are_read_or_refused_never_raise(position: int, byte:
         parse.parse_certificate(block)
 
 
-# Verdicts Go 1.26.0 gives on shapes a review of our verifier found (tests/test_x509_differential.py checks them
+# Verdicts Go 1.26.0 gives on shapes a review of our verifier found (tests/x509/test_x509_differential.py checks them
 # against real Go where a Go toolchain is installed; these hold without one).
 GO_VERDICTS = {
     "constraints/ip-unmasked-permitted-in-wide": False,

@@ -14,5 +14,5 @@ Subclasses, each constructed once per connection; no method is replaced on an in
 - ``connection``: ``GatewayH2Connection``, h2's connection with the outbound header blocks (the indexed
   encoder, the carried report, trailers-only responses).
 
-The hypercorn internals the package relies on are listed and checked in ``tests/test_hypercorn_contract.py``.
+The hypercorn internals the package relies on are listed and checked in ``tests/server/test_hypercorn_contract.py``.
 """

@@ -6,7 +6,7 @@ per accepted connection, after the TLS handshake, with the stream writer. It rea
 chain once (``tls.tls_extension``), wraps the application so that every request of the connection carries
 ``scope["extensions"]["tls"]`` (``ConnectionApp``), and serves the connection with the gateway's protocol for
 the ALPN the handshake chose (``protocol.GatewayH2Protocol``, ``protocol.GatewayH11Protocol``). Any hypercorn
-other than 0.18.0 refuses to start: the package relies on the internals ``tests/test_hypercorn_contract.py``
+other than 0.18.0 refuses to start: the package relies on the internals ``tests/server/test_hypercorn_contract.py``
 names and checks.
 """
 
