@@ -109,6 +109,11 @@ SCRIPTS = {
         "Another client's p99 while a hostile flood fills the audit log",
         ("--rounds", "1", "--requests", "60", "--samples", "10"),
     ),
+    "audit-workers": Script(
+        "audit_workers",
+        "What the audit log costs under serve --workers 1 and 2, in requests per CPU-second",
+        ("1", "1"),
+    ),
     "authn-cost": Script(
         "authn_cost", "What authentication adds per request, in process", ("--rounds", "1", "--count", "200")
     ),
