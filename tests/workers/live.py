@@ -18,6 +18,7 @@ from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.sockets import children, connections, listening
 from secure_orca.orca.headers import OPTIN, REPORT
+from tests.replicas import run_replicas
 
 WORKERS = 2
 
@@ -152,5 +153,5 @@ def live(dev_pki: pki.DevPKI, tmp_path: Path, *extra: str) -> Iterator[Live]:
     command = argv(dev, "--credential-reload-interval", "100ms", *extra, option="front-proxy,load-reader,shared-secret")
     assert command[1:3] == ["-m", "secure_orca"]
     command[1:3] = [str(OPENS), str(record), str(root)]
-    with launch.replicas([command]) as (replica,):
+    with run_replicas([command]) as (replica,):
         yield Live(replica, dev, record)

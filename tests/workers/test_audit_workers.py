@@ -20,6 +20,7 @@ import httpx
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.sockets import children
+from tests.replicas import run_replicas
 from tests.workers.live import argv, close, eventually, spread
 
 PATH = "/version"  # the load's requests; spread's own are /healthz
@@ -81,7 +82,7 @@ def test_one_file_holds_every_request_of_both_workers_whole(dev_pki: pki.DevPKI,
     log = tmp_path / "audit" / "audit.log"
     port = launch.free_port()
     flags = argv(dev_pki, "--audit-log-path", str(log), "--metrics-bind-address", f"127.0.0.1:{port}")
-    with launch.replicas([flags]) as (replica,):
+    with run_replicas([flags]) as (replica,):
         held = spread(replica, dev_pki, 3)
         try:
             ids = load(replica, held, 40)
@@ -106,7 +107,7 @@ def test_rotation_under_two_workers_keeps_every_line_whole(dev_pki: pki.DevPKI, 
     """1 MB files and lines of about 20 KB: several rotations while both workers write."""
     log = tmp_path / "audit.log"
     flags = argv(dev_pki, "--audit-log-path", str(log), "--audit-log-maxsize", "1", "--audit-log-maxbackup", "0")
-    with launch.replicas([flags]) as (replica,):
+    with run_replicas([flags]) as (replica,):
         held = spread(replica, dev_pki, 2)
         try:
             ids = load(replica, held, 40, "?q=" + "a" * 20_000)
@@ -131,7 +132,7 @@ def test_blocking_strict_refuses_on_both_workers_while_the_file_cannot_be_writte
     directory = tmp_path / "audit"
     flags = argv(dev_pki, "--audit-log-path", str(directory / "audit.log"), "--audit-log-maxsize", "1",
                  "--audit-log-mode", "blocking-strict")  # fmt: skip
-    with launch.replicas([flags]) as (replica,):
+    with run_replicas([flags]) as (replica,):
         held = spread(replica, dev_pki, 1)
         try:
             eventually(lambda: (directory / "audit.log").exists(), "the log opened")
@@ -158,7 +159,7 @@ def test_sigterm_in_the_middle_of_traffic_loses_no_event(dev_pki: pki.DevPKI, tm
     """SIGTERM while four connections on two workers keep sending: every answered request's event is in the file,
     once (the workers drain their queues to the writer, which exits last)."""
     log = tmp_path / "audit.log"
-    with launch.replicas([argv(dev_pki, "--audit-log-path", str(log))]) as (replica,):
+    with run_replicas([argv(dev_pki, "--audit-log-path", str(log))]) as (replica,):
         held = spread(replica, dev_pki, 2)
         answered: list[str] = []
         lock = threading.Lock()
@@ -190,7 +191,7 @@ def test_sigterm_in_the_middle_of_traffic_loses_no_event(dev_pki: pki.DevPKI, tm
 
 def test_a_killed_writer_is_restarted_and_later_events_are_written(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
     log = tmp_path / "audit.log"
-    with launch.replicas([argv(dev_pki, "--audit-log-path", str(log))]) as (replica,):
+    with run_replicas([argv(dev_pki, "--audit-log-path", str(log))]) as (replica,):
         supervisor = replica.process.popen.pid
         held = spread(replica, dev_pki, 1)
         eventually(lambda: len(writers(supervisor, log)) == 1, "the writer opened the log")

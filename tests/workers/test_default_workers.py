@@ -7,16 +7,16 @@ import re
 import sys
 from pathlib import Path
 
-from secure_orca.lab import replicas as launch
 from secure_orca.lab.sockets import children
 from secure_orca.server.sampler import Sources
 from secure_orca.workers.supervisor import default_workers
+from tests.replicas import run_replicas
 
 
 def test_the_default_follows_the_cpus_this_process_may_use(tmp_path: Path) -> None:
     expected = default_workers(Sources())
     argv = [sys.executable, "-m", "secure_orca", "serve", "--secure-port", "0", "--certs-dir", str(tmp_path / "c")]
-    with launch.replicas([argv]) as (replica,):
+    with run_replicas([argv]) as (replica,):
         line = replica.process.output(tail=50)
         if expected == 1:
             assert "workers" not in line.split("Running on", 1)[1].splitlines()[0]
@@ -28,6 +28,6 @@ def test_the_default_follows_the_cpus_this_process_may_use(tmp_path: Path) -> No
 def test_one_worker_is_one_process(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "secure_orca", "serve", "--secure-port", "0", "--workers", "1",
             "--certs-dir", str(tmp_path / "c")]  # fmt: skip
-    with launch.replicas([argv]) as (replica,):
+    with run_replicas([argv]) as (replica,):
         assert children(replica.process.popen.pid) == []
         assert "workers" not in replica.process.output(tail=50).split("Running on", 1)[1].splitlines()[0]

@@ -24,12 +24,13 @@ from secure_orca.orca.headers import OPTIN, REPORT
 from secure_orca.orca.report import parse_text
 from secure_orca.server.sampler import IN_FLIGHT_METRIC
 from tests.oobcalls import ask, channel, ended, stream_core_metrics
+from tests.replicas import run_replicas
 from tests.workers.live import WORKERS, argv, client, close, report, spread, workers_of
 
 
 @pytest.fixture(scope="module")
 def server(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
-    with launch.replicas([argv(dev_pki, "--endpoint-load-metrics-interval", "500ms")]) as (started,):
+    with run_replicas([argv(dev_pki, "--endpoint-load-metrics-interval", "500ms")]) as (started,):
         yield started
 
 
@@ -82,7 +83,7 @@ def test_the_reported_rate_is_the_servers_not_one_workers(server: launch.Replica
 
 
 def test_a_killed_workers_in_flight_requests_do_not_stick_and_it_is_replaced(dev_pki: pki.DevPKI) -> None:
-    with launch.replicas([argv(dev_pki, "--endpoint-load-metrics-interval", "100ms")]) as (replica,):
+    with run_replicas([argv(dev_pki, "--endpoint-load-metrics-interval", "100ms")]) as (replica,):
         held = spread(replica, dev_pki, 1)
         victim, survivor = held
 
@@ -120,7 +121,7 @@ def test_a_revoked_load_reader_is_refused_by_every_worker(dev_pki: pki.DevPKI, t
     reader_ca.write_bytes(dev_pki.cert("load_reader_ca").read_bytes())
     flags = argv(dev_pki, "--credential-reload-interval", "100ms")
     flags[flags.index(str(dev_pki.cert("load_reader_ca")))] = str(reader_ca)
-    with launch.replicas([flags]) as (replica,):
+    with run_replicas([flags]) as (replica,):
         pids = workers_of(replica)
 
         def attempt() -> tuple[int, bool]:
@@ -154,7 +155,7 @@ def scrape(port: int) -> dict[str, float]:
 
 def test_one_metrics_endpoint_sums_the_workers_and_keeps_a_killed_workers_counts(dev_pki: pki.DevPKI) -> None:
     port = launch.free_port()
-    with launch.replicas([argv(dev_pki, "--metrics-bind-address", f"127.0.0.1:{port}")]) as (replica,):
+    with run_replicas([argv(dev_pki, "--metrics-bind-address", f"127.0.0.1:{port}")]) as (replica,):
         held = spread(replica, dev_pki, 1)
         try:
             time.sleep(1.5)  # every worker has rendered its registry since spread's requests
@@ -183,7 +184,7 @@ def test_one_metrics_endpoint_sums_the_workers_and_keeps_a_killed_workers_counts
 
 
 def test_sigterm_ends_every_workers_streams_with_a_status(dev_pki: pki.DevPKI) -> None:
-    with launch.replicas([argv(dev_pki, "--endpoint-load-metrics-oob-min-interval", "200ms")]) as (replica,):
+    with run_replicas([argv(dev_pki, "--endpoint-load-metrics-oob-min-interval", "200ms")]) as (replica,):
         pids = workers_of(replica)
         channels: list[grpc.Channel] = []
         calls: list[tuple[int, object]] = []
