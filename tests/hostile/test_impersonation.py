@@ -70,7 +70,10 @@ def replica(dev_pki: pki.DevPKI, backend_url: str) -> Iterator[launch.Replica]:
 def call(replica: launch.Replica, dev_pki: pki.DevPKI, protocol: str, cert: ClientCert | None,
          headers: list[tuple[str, str]]) -> tuple[httpx.Response, httpx.Response] | None:  # fmt: skip
     """POST a review and GET the echo backend with ``headers``; None when the handshake is refused. A timeout is
-    no verdict (a busy machine, not a refusal): the call is tried again, at most three times in all."""
+    no verdict (a busy machine, not a refusal): the call is tried again, at most three times in all. So is a
+    connection that ends (a refused certificate ends every attempt alike; under a full suite's load, one HTTP/1.1
+    connection in a few thousand was seen to end once); ``FAILURES`` keeps what each attempt saw."""
+    FAILURES.clear()
     for attempt in range(3):
         try:
             with client(dev_pki.cert("ca"), protocol, cert) as http:
@@ -80,10 +83,14 @@ def call(replica: launch.Replica, dev_pki: pki.DevPKI, protocol: str, cert: Clie
             if attempt == 2:
                 raise
             continue
-        except (httpx.TransportError, ssl.SSLError):  # a refused client certificate: reset, EOF or an alert
-            return None
+        except (httpx.TransportError, ssl.SSLError) as error:  # a refused certificate: reset, EOF or an alert
+            FAILURES.append(repr(error))
+            continue
         return review, echoed
-    raise AssertionError("unreachable")
+    return None
+
+
+FAILURES: list[str] = []
 
 
 @pytest.mark.parametrize("forgery", FORGERIES)
@@ -99,7 +106,7 @@ def test_forged_identity_is_never_believed(
     if expected == "handshake":
         assert got is None
         return
-    assert got is not None
+    assert got is not None, FAILURES
     review, echoed = got
     if expected is None:
         assert (review.status_code, echoed.status_code) == (401, 401)
