@@ -33,9 +33,9 @@ from pathlib import Path
 import httpx
 
 from secure_orca.credentials import devpki
-from secure_orca.lab import loadgen
+from secure_orca.lab import h2load, loadgen
 from secure_orca.lab import replicas as launch
-from secure_orca.lab.procfs import process_cpu
+from secure_orca.lab.procfs import process_cpu, rss_kib
 
 PATH_BYTES = 24 * 1024
 PARTS, PART_CHARS = 4800, 6
@@ -51,8 +51,13 @@ def flood_headers(hostile: bool, seed: int) -> str:
 
 def flood(url: str, requests: int, authorization: str) -> subprocess.Popen[bytes]:
     path = "/" + "p" * (PATH_BYTES - 1)
-    argv = [loadgen.h2load_path(), "-n", str(requests), "-c", str(CONNECTIONS), "-m", "1",
-            "-H", f"authorization: {authorization}", url + path]  # fmt: skip
+    argv = h2load.argv(
+        url + path,
+        clients=CONNECTIONS,
+        requests=requests,
+        headers=[f"authorization: {authorization}"],
+        program=loadgen.h2load_path(),
+    )
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={"PATH": "/usr/bin:/bin"})
 
 
@@ -61,13 +66,6 @@ def counter(metrics: str, name: str) -> float:
     if match is None:
         raise RuntimeError(f"no {name} in /metrics")
     return float(match.group(1))
-
-
-def rss_kib(pid: int) -> int:
-    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if row.startswith("VmRSS:"):
-            return int(row.split()[1])
-    return 0
 
 
 def p99(samples: Sequence[float]) -> float:
