@@ -5,8 +5,10 @@ together. Workers that each accept whatever is queued when they wake let the fir
 the others then idle while it serves every request. Here a worker publishes how many connections it holds
 (handshakes included) and leaves a queued connection to a live sibling that holds fewer, for at most
 ``MAX_DEFER`` seconds: few connections spread one by one, and a sibling that is busy or stuck never stops the
-accepts. nginx's ``ngx_accept_disabled`` answers the same question (a worker with fewer free connections skips
-accepting for a while).
+accepts. Once the siblings have left a connection waiting that long, this worker accepts without deferring for
+``BUSY_SIBLINGS`` seconds, so a sibling kept busy (by a heavy client, say) slows this worker's accepts by one
+``MAX_DEFER`` a second at most, not by one per connection. nginx's ``ngx_accept_disabled`` answers the same
+question (a worker with fewer free connections skips accepting for a while).
 
 Each accepted connection's TLS handshake, then ``on_connection(reader, writer)``, runs in a task of its own, as
 ``asyncio.start_server`` would run them (``loop.connect_accepted_socket`` with a ``StreamReaderProtocol``).
@@ -24,6 +26,7 @@ from typing import Protocol
 log = logging.getLogger("secure_orca.server")
 DEFER_STEP = 0.002  # seconds between two looks at the siblings while leaving them a connection
 MAX_DEFER = 0.02  # then the connection is accepted here whatever the siblings hold
+BUSY_SIBLINGS = 1.0  # after a connection the siblings left waiting that long, accept without deferring for this
 _ACCEPT_ERROR_PAUSE = 0.1  # after EMFILE and the like: the queue keeps the connection meanwhile
 
 OnConnection = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -63,10 +66,14 @@ async def accept_in_turn(
         balance.publish(held)
 
     balance.publish(held)
+    eager_until = 0.0  # the siblings looked busy: no deferring until then (the loop's clock)
     while True:
         await _readable(loop, sock)
         waited = 0.0
-        while waited < MAX_DEFER and defer(held, balance.siblings()):
+        while loop.time() >= eager_until and defer(held, balance.siblings()):
+            if waited >= MAX_DEFER:
+                eager_until = loop.time() + BUSY_SIBLINGS
+                break
             await asyncio.sleep(DEFER_STEP)
             waited += DEFER_STEP
         try:
