@@ -311,6 +311,12 @@ def test_replicas_without_reports_get_the_median_weight(dev_pki: pki.DevPKI) -> 
     assert all(abs(w - statistics.median(reported)) <= 1 for w in silent), by_port
 
 
+# The remote share that counts as spilled: far above the probe fraction (0.02 measured; at most 0.12 allowed), below
+# what a machine shared with a whole suite gave (0.24-0.29 in three runs, 0.58 alone), where the hot replica's own
+# load competes with every other test for the CPU.
+SPILLED = 0.2
+
+
 def test_load_aware_locality_keeps_local_then_spills(dev_pki: pki.DevPKI) -> None:
     """Envoy in zone a with one replica per zone: lightly loaded, traffic stays in zone a apart from the probe
     fraction; with zone a's replica loaded past the variance threshold, traffic spills to zone b."""
@@ -331,7 +337,7 @@ def test_load_aware_locality_keeps_local_then_spills(dev_pki: pki.DevPKI) -> Non
     print(f"\nremote share quiet {quiet:.3f}, local loaded {loaded:.3f}; stats {stats_quiet} -> {stats_loaded}")
     assert quiet <= 0.12
     assert stats_quiet["local_preferred_total"] > 0 and stats_quiet["probe_active_total"] > 0
-    assert loaded >= 0.3
+    assert loaded >= SPILLED  # 0.58 measured alone
     assert stats_loaded["spill_active_total"] > stats_quiet["spill_active_total"]
 
 
@@ -433,7 +439,7 @@ def test_load_aware_locality_on_out_of_band_reports(dev_pki: pki.DevPKI, served:
         stats, sessions = locality_stats(d.envoy), oob_stats(d.envoy)
     print(f"\nserved={served}: remote share with zone a loaded {spilled:.3f}; {stats}; {sessions}")
     if served:
-        assert sessions["active_sessions"] == 2 and stats["spill_active_total"] > 0 and spilled >= 0.3
+        assert sessions["active_sessions"] == 2 and stats["spill_active_total"] > 0 and spilled >= SPILLED
     else:
         assert sessions["reports_received"] == 0 and stats["spill_active_total"] == 0 and spilled <= 0.12
 
