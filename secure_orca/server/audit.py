@@ -226,7 +226,7 @@ class AuditLog:
         """Write every queued event, ``batch`` at a time (the writer thread calls it; tests may too). Returns how
         many were written."""
         done = 0
-        while True:
+        while self.queue:  # read without the lock (only this thread removes): most wake-ups find nothing
             with self._lock:
                 records = [self.queue.popleft() for _ in range(min(batch, len(self.queue)))]
             if not records:
@@ -240,6 +240,7 @@ class AuditLog:
                 if loop is not None:
                     with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
                         loop.call_soon_threadsafe(self._wake)
+        return done
 
     def _write(self, records: list[AuditRecord]) -> int:
         redactor = self._redactor()

@@ -33,7 +33,9 @@ _REPORT_NAME = REPORT.encode()
 _USER_AGENT, _AUTHORIZATION = b"user-agent", b"authorization"
 _FORWARDED_FOR, _REAL_IP = b"x-forwarded-for", b"x-real-ip"
 _AUDIT_ID = b"audit-id"
-_OPTIN_NAMES = frozenset({OPTIN_BYTES, OPTIN_BYTES.replace(b"-", b"_")})
+_FORWARDED, _REAL = 3, 4
+_FIELDS = {_USER_AGENT: 0, _AUTHORIZATION: 1, OPTIN_BYTES: 2, OPTIN_BYTES.replace(b"-", b"_"): 2,
+           _FORWARDED_FOR: _FORWARDED, _REAL_IP: _REAL}  # fmt: skip  # the headers a record keeps, by lowered name
 
 
 class AuditRecord:
@@ -51,24 +53,24 @@ class AuditRecord:
         self.query: bytes = scope.get("query_string", b"")
         client = scope.get("client")
         self.client: str | None = client[0] if client else None
-        agent = authorization = opt_in = None
+        first: list[bytes | None] = [None, None, None]  # User-Agent, Authorization, the opt-in: the first of each
         forwarded: list[bytes] = []
         real: list[bytes] = []
-        for name, value in scope["headers"]:  # one pass; only references to immutable values are kept
-            lowered = name.lower()
-            if lowered == _USER_AGENT:
-                agent = value if agent is None else agent
-            elif lowered == _AUTHORIZATION:
-                authorization = value if authorization is None else authorization
-            elif lowered in _OPTIN_NAMES:
-                opt_in = value if opt_in is None else opt_in
-            elif lowered == _FORWARDED_FOR:
+        for name, value in scope["headers"]:  # one pass, one lookup per header; only immutable values are kept
+            field = _FIELDS.get(name.lower())
+            if field is None:
+                continue
+            if field < _FORWARDED:
+                if first[field] is None:
+                    first[field] = value
+            elif field == _FORWARDED:
                 forwarded.append(value)
-            elif lowered == _REAL_IP:
+            else:
                 real.append(value)
+        agent, authorization, opt_in = first
         self.agent: bytes | None = agent
         self.forwarded, self.real = forwarded, real
-        self.presented = presented(authorization, opt_in)
+        self.presented = presented(authorization, opt_in) if authorization is not None or opt_in is not None else ()
         size = RECORD_BYTES + len(self.method) + len(self.path) + len(self.query) + 3 * ITEM_BYTES
         if agent is not None:
             size += len(agent) + ITEM_BYTES
@@ -102,8 +104,9 @@ class AuditRecord:
             size = len(user.name) + len(user.uid or "") + 2 * ITEM_BYTES
             if user.groups:
                 size += sum(map(len, user.groups)) + ITEM_BYTES * len(user.groups)
-            for key, values in user.extra.items():
-                size += len(key) + sum(map(len, values)) + ITEM_BYTES * (1 + len(values))
+            if user.extra:
+                for key, values in user.extra.items():
+                    size += len(key) + sum(map(len, values)) + ITEM_BYTES * (1 + len(values))
             self.size += size
 
 
