@@ -34,6 +34,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import operator
 import sys
 import threading
 import time
@@ -88,6 +89,7 @@ DEFAULT_MODE = BLOCKING  # kube's NewAuditOptions: the log backend's mode
 QUEUE_LIMIT = 10_000  # events (kube's defaultBatchBufferSize)
 QUEUE_BYTES = 16 * 1024 * 1024  # and bytes, charged as each record's ``size``
 DROP_LOG_INTERVAL = 10.0  # seconds between two "events dropped" log lines
+_SIZE = operator.attrgetter("size")
 
 
 class Relay(Protocol):
@@ -228,14 +230,18 @@ class AuditLog:
         done = 0
         while self.queue:  # read without the lock (only this thread removes): most wake-ups find nothing
             with self._lock:
-                records = [self.queue.popleft() for _ in range(min(batch, len(self.queue)))]
+                if len(self.queue) <= batch:
+                    records = list(self.queue)
+                    self.queue.clear()
+                else:
+                    records = [self.queue.popleft() for _ in range(batch)]
             if not records:
                 return done
             try:
                 done += self._write(records)
             finally:
                 with self._lock:
-                    self.queued_bytes -= sum(r.size for r in records)
+                    self.queued_bytes -= sum(map(_SIZE, records))
                     loop = self._loop if self._waiters else None
                 if loop is not None:
                     with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more

@@ -212,11 +212,7 @@ def line(record: AuditRecord, known: Redactor | Iterable[str] = (), audit_id: st
     ``audit_id`` nor the response gives one."""
     redactor = known if isinstance(known, Redactor) else Redactor(known)
     given = record.presented
-
-    def redact_given(text: str) -> str:
-        return redactor(text, given)
-
-    redact: Callable[[str], str] = redact_given if given else redactor
+    redact: Callable[[str], str] = (lambda text: redactor(text, given)) if given else redactor
 
     uri = record.path.decode("latin-1") + ("?" + record.query.decode("latin-1") if record.query else "")
     forwarded = [ip for value in record.forwarded for ip in value.decode("latin-1").split(",")]

@@ -25,7 +25,7 @@ def presented(authorization: bytes | None, opt_in: bytes | None) -> tuple[str, .
         parts = authorization.decode("latin-1").strip().split(" ", 2)
         if len(parts) >= 2:
             found.append(parts[1])
-    if opt_in is not None and b";" in opt_in:
+    if opt_in is not None and opt_in.find(b";") >= 0:  # not ``in``: bytes tries an int first, and raises
         try:
             secret = optin.parse([opt_in]).secret
         except optin.OptInError:
