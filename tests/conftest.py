@@ -124,16 +124,3 @@ def fp_flags(dev_pki: pki.DevPKI, modes: str = "front-proxy,shared-secret", *ext
 
 # One replica with the default modes (front-proxy,shared-secret), shared by the read-only tests.
 secured_replica = replica_fixture(fp_flags, scope="session")
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--run-slow", action="store_true", help="also run long soaks and load runs")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--run-slow"):
-        return
-    skip = pytest.mark.skip(reason="long run: pass --run-slow")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
