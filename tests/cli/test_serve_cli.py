@@ -68,6 +68,8 @@ def bad_cases(p: pki.DevPKI, tmp: Path, busy_port: int) -> dict[str, tuple[list[
         "bad request timeout": ([*base(p), "--request-timeout", "soon"], "--request-timeout: invalid duration"),
         "request timeout zero": ([*base(p), "--request-timeout", "0"], "--request-timeout: must be between 10ms"),
         "goaway chance too high": ([*base(p), "--goaway-chance", "0.5"], "--goaway-chance: 0.5 is not between"),
+        "too many workers": ([*base(p), "--workers", "65"], "--workers: 65 is not between 0 and 64"),
+        "negative workers": ([*base(p), "--workers", "-1"], "--workers: -1 is not between 0 and 64"),
         "bad reload interval": ([*base(p), "--credential-reload-interval", "1ms"], "between 50ms and 1h"),
         "bad metrics address": ([*base(p), "--metrics-bind-address", "nowhere"], "--metrics-bind-address: invalid"),
         "names twice": ([*base(p), "--requestheader-allowed-names", "a", "--requestheader-allowed-names-file",
@@ -86,6 +88,7 @@ CASES = [
     "world-readable secret", "unknown gate", "bad duration", "interval too short", "unknown mode",
     "flag without gate", "no usable material", "shared CA, no names", "port in use", "bad port", "bad proxy",
     "bad proxy timeout", "bad request timeout", "request timeout zero", "goaway chance too high",
+    "too many workers", "negative workers",
     "bad reload interval", "bad metrics address", "names twice",
     "bad decimals", "empty names file", "FIFO secret file",
 ]  # fmt: skip
