@@ -11,6 +11,10 @@ COPY secure_orca ./secure_orca
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim-bookworm
+# libnghttp2 decodes a client's long Huffman-coded headers at C speed (secure_orca/server/nghttp2.py). Not pinned:
+# the archive replaces a version with each security update, and a pin would then fail the build.
+# hadolint ignore=DL3008
+RUN apt-get update && apt-get install -y --no-install-recommends libnghttp2-14 && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-index /wheels/*.whl && rm -rf /wheels
 # The root filesystem is read-only in the manifests: no bytecode cache to write; logs unbuffered.

@@ -36,6 +36,7 @@ from hpack.struct import HeaderTuple, NeverIndexedHeaderTuple
 from hpack.table import HeaderTable, table_entry_size
 
 from secure_orca.orca.headers import REPORT
+from secure_orca.server import nghttp2
 from secure_orca.server.huffman import decode_huffman
 
 REPORT_FIELD_NAME = REPORT.encode()
@@ -199,9 +200,10 @@ class IndexedEncoder(Encoder):
 
 class TableDecoder(Decoder):
     """hpack's decoder with ``huffman.decode_huffman`` (a byte-wise table, C-level passes) for its per-nibble
-    Python loop, and without its copy of the rest of the block per literal field (hpack 4.2's
-    ``_decode_literal`` turns the ``memoryview`` it is given into bytes: O(fields x block)). Everything else is
-    hpack's: ``decode`` (the header-list size limit, the table-size checks), the indexed fields, the table.
+    Python loop (nghttp2's decoder, ``nghttp2.huffman``, for strings of ``nghttp2.LONG`` coded bytes or more),
+    and without its copy of the rest of the block per literal field (hpack 4.2's ``_decode_literal`` turns the
+    ``memoryview`` it is given into bytes: O(fields x block)). Everything else is hpack's: ``decode`` (the
+    header-list size limit, the table-size checks), the indexed fields, the table.
 
     ``_decode_literal`` is the one seam: hpack calls its module's ``decode_huffman`` from it. It reads a literal
     field as hpack's does (RFC 7541 section 6.2): the name indexed (a 6-bit prefix if the field is indexed, else
@@ -240,7 +242,13 @@ def _string(data: bytes | memoryview) -> tuple[bytes, int]:
     coded = data[consumed : consumed + length]
     if len(coded) != length:
         raise HPACKDecodingError("Truncated header block")
-    return (decode_huffman(coded) if data[0] & 0x80 else bytes(coded)), consumed + length
+    if not data[0] & 0x80:
+        return bytes(coded), consumed + length
+    if length >= nghttp2.LONG:  # C speed for a client's long strings; a refusal is decoded again for hpack's verdict
+        decoded = nghttp2.huffman(coded)
+        if decoded is not None:
+            return decoded, consumed + length
+    return decode_huffman(coded), consumed + length
 
 
 def table_decoder(decoder: Decoder) -> Decoder:

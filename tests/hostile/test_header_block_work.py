@@ -77,12 +77,14 @@ def decoding_work(hostile: bool) -> tuple[int, int]:
 
 def test_decoding_a_flood_block_costs_per_field_not_per_byte() -> None:
     """hpack's decoder: about 20 units per byte of block, so the hostile block cost 2.4 times the control's;
-    now a few hundred units for either, at most one per 64 bytes."""
+    now a few hundred units for either, at most one per 64 bytes (a string that nghttp2 decodes costs some 70
+    units more than one the table decodes, whatever its length: the hostile Authorization goes to nghttp2, the
+    control's does not)."""
     hostile, size = decoding_work(True)
     control, control_size = decoding_work(False)
     assert size > 40_000 and size > 2 * control_size
     assert hostile <= size * PER_BYTE, (hostile, size)
-    assert hostile <= control + 50, (hostile, control)
+    assert hostile <= control + 100, (hostile, control)
 
 
 def test_validating_a_flood_block_costs_per_field_not_per_byte() -> None:
