@@ -126,14 +126,18 @@ class AuditLog:
         self.sink, self.known, self.limit, self.period = sink, known, limit, period
         self.max_bytes, self.mode = max_bytes, mode
         self.queue: collections.deque[AuditRecord] = collections.deque()
-        self.queued_bytes = 0  # the queue's records and the batch being written
+        self.added_bytes = 0  # charged by the loop thread alone, as it queues
+        self.removed_bytes = 0  # freed by the writer thread alone, once written
         self.written = self.dropped = self.write_errors = 0
         self.broken = False  # the last write failed: the next one starts on a fresh line
         self.relay: Relay | None = None  # serve --workers: the lines go to the one writer process instead
         self._known: frozenset[str] = frozenset()
         self.redactor = Redactor()  # the matcher of the configured credentials in force
         self.redactors_built = 0
-        self._lock = threading.Lock()  # the queue and its bytes: the loop adds, the writer thread removes
+        # The loop appends and the writer pops (each atomic on a deque) and each moves only its own counter, so
+        # queueing when there is room takes no lock. The lock orders the slow path: a waiter is registered, or
+        # queued, only against a settled count, and the writer wakes waiters after freeing room.
+        self._lock = threading.Lock()
         self._waiters: collections.deque[tuple[asyncio.Future[None], AuditRecord]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drop_logged = -DROP_LOG_INTERVAL
@@ -145,20 +149,25 @@ class AuditLog:
         """Requests awaiting room (blocking modes)."""
         return len(self._waiters)
 
+    @property
+    def queued_bytes(self) -> int:
+        """The bytes charged for the queue's records and the batch being written."""
+        return self.added_bytes - self.removed_bytes
+
     def _fits(self, size: int) -> bool:
-        return not self.queued_bytes or (len(self.queue) < self.limit and self.queued_bytes + size <= self.max_bytes)
+        queued = self.added_bytes - self.removed_bytes  # read twice by the loop: the writer may only lower it
+        return not queued or (len(self.queue) < self.limit and queued + size <= self.max_bytes)
 
     def _append(self, record: AuditRecord) -> None:
+        self.added_bytes += record.size  # before the writer can see it: the count never goes below zero
         self.queue.append(record)
-        self.queued_bytes += record.size
 
     def submit(self, record: AuditRecord) -> bool:
         """Queue ``record`` now or drop it (counted); never waits. Called on the event loop."""
         record.charge_user()
-        with self._lock:
-            if not self._waiters and self._fits(record.size):
-                self._append(record)
-                return True
+        if not self._waiters and self._fits(record.size):
+            self._append(record)
+            return True
         self._drop()
         return False
 
@@ -166,10 +175,12 @@ class AuditLog:
         """Queue ``record`` if it fits (True); in ``batch`` mode drop it if not (True: done); False: the caller
         must ``put`` it (a blocking mode and no room)."""
         record.charge_user()
-        with self._lock:
-            if not self._waiters and self._fits(record.size):
-                self._append(record)
-                return True
+        size = record.size
+        queued = self.added_bytes - self.removed_bytes
+        if not self._waiters and (not queued or (len(self.queue) < self.limit and queued + size <= self.max_bytes)):
+            self.added_bytes += size  # ``_append``, inline: this is every audited request's path
+            self.queue.append(record)
+            return True
         if self.mode == BATCH:
             self._drop()
             return True
@@ -229,19 +240,15 @@ class AuditLog:
         many were written."""
         done = 0
         while self.queue:  # read without the lock (only this thread removes): most wake-ups find nothing
-            with self._lock:
-                if len(self.queue) <= batch:
-                    records = list(self.queue)
-                    self.queue.clear()
-                else:
-                    records = [self.queue.popleft() for _ in range(batch)]
+            pop = self.queue.popleft  # never ``clear``: the loop may append meanwhile, without the lock
+            records = [pop() for _ in range(min(len(self.queue), batch))]
             if not records:
                 return done
             try:
                 done += self._write(records)
             finally:
                 with self._lock:
-                    self.queued_bytes -= sum(map(_SIZE, records))
+                    self.removed_bytes += sum(map(_SIZE, records))
                     loop = self._loop if self._waiters else None
                 if loop is not None:
                     with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
@@ -343,10 +350,15 @@ class AuditMiddleware:
 
         async def audited(message: Message) -> None:
             nonlocal queued, trailers
-            if message["type"] == "http.response.start":
+            kind = message["type"]
+            if kind == "http.response.start":
                 record.responded(message["status"], message.get("headers") or ())
                 trailers = bool(message.get("trailers", False))
-            elif not queued and _final(message, trailers):
+            elif not queued and (
+                not (trailers or message.get("more_body", False))
+                if kind == "http.response.body"
+                else _final(message, trailers)
+            ):  # the common last body inline; ``_final`` says the rest
                 queued, record.stage = True, time.time_ns()
                 if not audit.offer(record):
                     await audit.wait(record)  # blocking modes: the client waits for room, before its response ends

@@ -33,9 +33,7 @@ _REPORT_NAME = REPORT.encode()
 _USER_AGENT, _AUTHORIZATION = b"user-agent", b"authorization"
 _FORWARDED_FOR, _REAL_IP = b"x-forwarded-for", b"x-real-ip"
 _AUDIT_ID = b"audit-id"
-_FORWARDED, _REAL = 3, 4
-_FIELDS = {_USER_AGENT: 0, _AUTHORIZATION: 1, OPTIN_BYTES: 2, OPTIN_BYTES.replace(b"-", b"_"): 2,
-           _FORWARDED_FOR: _FORWARDED, _REAL_IP: _REAL}  # fmt: skip  # the headers a record keeps, by lowered name
+_OPTIN_UNDERSCORE = OPTIN_BYTES.replace(b"-", b"_")  # kept too: a secret presented in it is redacted
 
 
 class AuditRecord:
@@ -53,29 +51,24 @@ class AuditRecord:
         self.query: bytes = scope.get("query_string", b"")
         client = scope.get("client")
         self.client: str | None = client[0] if client else None
-        first: list[bytes | None] = [None, None, None]  # User-Agent, Authorization, the opt-in: the first of each
-        forwarded: list[bytes] = []
-        real: list[bytes] = []
-        for name, value in scope["headers"]:  # one pass, one lookup per header; only immutable values are kept
-            field = _FIELDS.get(name.lower())
-            if field is None:
-                continue
-            if field < _FORWARDED:
-                if first[field] is None:
-                    first[field] = value
-            elif field == _FORWARDED:
-                forwarded.append(value)
-            else:
-                real.append(value)
-        agent, authorization, opt_in = first
-        self.agent: bytes | None = agent
-        self.forwarded, self.real = forwarded, real
-        self.presented = presented(authorization, opt_in) if authorization is not None or opt_in is not None else ()
+        headers = scope["headers"]  # names lower-case, as ASGI servers give them (h2 refuses others, h11 lowers)
+        first = dict(reversed(headers))  # the first value of each name (one C-level pass); only bytes are kept
+        self.agent: bytes | None = first.get(_USER_AGENT)
         size = RECORD_BYTES + len(self.method) + len(self.path) + len(self.query) + 3 * ITEM_BYTES
-        if agent is not None:
-            size += len(agent) + ITEM_BYTES
-        if forwarded or real or self.presented:
-            kept = [*forwarded, *real, *self.presented]
+        if self.agent is not None:
+            size += len(self.agent) + ITEM_BYTES
+        self.forwarded: list[bytes] = []
+        self.real: list[bytes] = []
+        self.presented: tuple[str, ...] = ()
+        if _FORWARDED_FOR in first or _REAL_IP in first:
+            self.forwarded = [value for name, value in headers if name == _FORWARDED_FOR]
+            self.real = [value for name, value in headers if name == _REAL_IP]
+        authorization = first.get(_AUTHORIZATION)
+        opt_in = first.get(OPTIN_BYTES, first.get(_OPTIN_UNDERSCORE))
+        if authorization is not None or (opt_in is not None and opt_in.find(b";") >= 0):  # else nothing presented
+            self.presented = presented(authorization, opt_in)
+        if self.forwarded or self.real or self.presented:
+            kept = [*self.forwarded, *self.real, *self.presented]
             size += sum(map(len, kept)) + ITEM_BYTES * len(kept)
         self.size = size
         self.stage = 0
