@@ -3,19 +3,18 @@ clients do not: a body after the response, trailers after the response, a reset 
 
 from __future__ import annotations
 
-import socket
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-import h2.config
-import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
 
+from secure_orca.h2client import H2Loop, client_connection, connect
 from secure_orca.lab import replicas as launch
 
 
@@ -27,14 +26,15 @@ class Stream:
     reset: int | None = None
 
 
-@dataclass
-class H2Client:
-    """One connection; ``pump`` reads frames until a condition holds or the connection ends."""
+class H2Client(H2Loop):
+    """One connection (``secure_orca.h2client.H2Loop``), its responses kept per stream; ``pump_until`` reads
+    until a condition holds or the connection ends (GOAWAY, EOF, a TLS or protocol error: ``closed``)."""
 
-    sock: ssl.SSLSocket
-    conn: h2.connection.H2Connection
-    streams: dict[int, Stream] = field(default_factory=dict)
-    closed: bool = False  # the server ended the connection (GOAWAY, EOF or a TLS error)
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        conn = client_connection(header_encoding="utf-8")
+        super().__init__(sock, conn, on_event=self._event, closes_on=(OSError, h2.exceptions.ProtocolError))
+        self.streams: dict[int, Stream] = {}
+        self.tls = sock
 
     @classmethod
     def connect(
@@ -46,32 +46,18 @@ class H2Client:
         context.set_alpn_protocols(["h2"])
         if cert is not None:
             context.load_cert_chain(*cert)
-        raw = socket.create_connection((replica.host, replica.port), timeout=10)
-        sock = context.wrap_socket(raw, server_hostname="localhost")
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-        if window is not None:
-            conn.local_settings = h2.settings.Settings(
-                client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
-            )
-        conn.initiate_connection()
-        client = cls(sock, conn)
-        client.flush()
+        client = cls(connect(replica.host, replica.port, context))
+        client.open(None if window is None else {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
         return client
 
     def flush(self) -> None:
-        data = self.conn.data_to_send()
-        if data and not self.closed:
-            try:
-                self.sock.sendall(data)
-            except OSError:
-                self.closed = True
+        if not self.closed:
+            super().flush()
 
     def start(self, method: str, path: str, headers: list[tuple[str, str]] | None = None, end: bool = False) -> int:
-        stream = self.conn.get_next_available_stream_id()
         base = [(":method", method), (":path", path), (":scheme", "https"), (":authority", "localhost")]
-        self.conn.send_headers(stream, base + (headers or []), end_stream=end)
+        stream = self.request(base + (headers or []), end=end)
         self.streams[stream] = Stream()
-        self.flush()
         return stream
 
     def data(self, stream: int, body: bytes, end: bool = True) -> None:
@@ -95,41 +81,26 @@ class H2Client:
         return self.pump_until(lambda: all(self.streams[s].ended or self.streams[s].reset is not None for s in streams))
 
     def pump_until(self, condition: Callable[[], bool]) -> bool:
-        """Read until ``condition`` holds; False if the connection ended first."""
+        """Read until ``condition`` holds; False if the connection ended first (or in the read that made it hold)."""
         while not condition():
-            if self.closed or not self._read():
+            if self.closed:
+                return False
+            self.read()
+            if self.closed:
                 return False
         return True
 
-    def _read(self) -> bool:
-        try:
-            data = self.sock.recv(65536)
-        except (OSError, ssl.SSLError):
-            data = b""
-        if not data:
-            self.closed = True
-            return False
-        try:
-            events = self.conn.receive_data(data)
-        except h2.exceptions.ProtocolError:
-            self.closed = True
-            return False
-        for event in events:
-            if isinstance(event, h2.events.ResponseReceived):
-                headers = cast(list[tuple[str, str]], event.headers)  # str: the connection decodes them as utf-8
-                self.streams[event.stream_id].status = int(dict(headers)[":status"])
-            elif isinstance(event, h2.events.DataReceived):
-                self.streams[event.stream_id].body += event.data
-                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            elif isinstance(event, h2.events.StreamEnded):
-                self.streams[event.stream_id].ended = True
-            elif isinstance(event, h2.events.StreamReset):
-                if event.stream_id in self.streams:
-                    self.streams[event.stream_id].reset = event.error_code
-            elif isinstance(event, h2.events.ConnectionTerminated):
-                self.closed = True
-        self.flush()
-        return not self.closed
+    def _event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.ResponseReceived):
+            headers = cast(list[tuple[str, str]], event.headers)  # str: the connection decodes them as utf-8
+            self.streams[event.stream_id].status = int(dict(headers)[":status"])
+        elif isinstance(event, h2.events.DataReceived):
+            self.streams[event.stream_id].body += event.data
+            self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.StreamEnded):
+            self.streams[event.stream_id].ended = True
+        elif isinstance(event, h2.events.StreamReset) and event.stream_id in self.streams:
+            self.streams[event.stream_id].reset = event.error_code
 
     def close(self) -> None:
-        self.sock.close()
+        self.tls.close()
