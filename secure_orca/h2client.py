@@ -86,7 +86,7 @@ def client_connection(**config: Any) -> h2.connection.H2Connection:
 
 class H2Loop:
     """An h2 client connection over ``sock``. ``on_frame`` sees every whole frame sent and received, ``on_event``
-    every h2 event; ``closes_on``: exceptions that end the connection (``closed``) rather than propagate."""
+    every h2 event; ``closes_on``: exceptions of a read that end the connection (``eof``) rather than propagate."""
 
     def __init__(
         self,
@@ -146,11 +146,7 @@ class H2Loop:
             start = len(PREFACE) if data.startswith(PREFACE) else 0
             for raw in _split(data[start:]):
                 self.on_frame(WireFrame(True, raw))
-        try:
-            self.sock.sendall(data)
-        except self.closes_on:
-            self.eof = True
-            return
+        self.sock.sendall(data)
         self.bytes_sent += len(data)
 
     # --- receiving -------------------------------------------------------------------------------------------

@@ -52,7 +52,10 @@ class H2Client(H2Loop):
 
     def flush(self) -> None:
         if not self.closed:
-            super().flush()
+            try:
+                super().flush()
+            except OSError:
+                self.eof = True
 
     def start(self, method: str, path: str, headers: list[tuple[str, str]] | None = None, end: bool = False) -> int:
         base = [(":method", method), (":path", path), (":scheme", "https"), (":authority", "localhost")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 
+import h2.events
 import h2.settings
 
 from secure_orca import pki
@@ -15,7 +16,7 @@ from secure_orca.lab import replicas as launch
 from tests.replicas import assert_no_traceback, replica_fixture, run_replicas
 
 from ..conftest import fp_flags
-from .wire import assert_nothing_in_flight, connect, h2_client, log_text, tls_context
+from .wire import assert_nothing_in_flight, connect, h2_loop, log_text, tls_context
 
 replica = replica_fixture(fp_flags)
 
@@ -23,18 +24,13 @@ replica = replica_fixture(fp_flags)
 def starve_and_leave(replica: launch.Replica, dev_pki: pki.DevPKI) -> int:
     """h2spec http2/6.9.1/1: a window of one byte, one request, one byte of the response read, then gone."""
     with connect(replica, tls_context(dev_pki, "h2")) as sock:
-        conn = h2_client()
-        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1})
-        conn.send_headers(1, [(":method", "GET"), (":path", "/version"), (":scheme", "https"),
-                              (":authority", "localhost")], end_stream=True)  # fmt: skip
-        sock.sendall(conn.data_to_send())
-        received = 0
-        while received < 1:
-            data = sock.recv(65536)
-            if not data:
-                break
-            received += sum(len(e.data) for e in conn.receive_data(data) if hasattr(e, "data") and e.data)
-        return received
+        loop = h2_loop(sock)
+        loop.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1})
+        loop.request([(":method", "GET"), (":path", "/version"), (":scheme", "https"), (":authority", "localhost")])
+        sizes: list[int] = []
+        loop.on_event = lambda e: sizes.append(len(e.data)) if isinstance(e, h2.events.DataReceived) else None
+        loop.read_until(lambda: sum(sizes) >= 1)
+        return sum(sizes)
 
 
 def test_a_response_starved_of_window_ends_with_its_connection(replica, dev_pki) -> None:
@@ -48,11 +44,9 @@ def test_sigterm_ends_connections_left_open(dev_pki) -> None:
     it and exits 0, without a CancelledError traceback."""
     with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (server,):
         sock = connect(server, tls_context(dev_pki, "h2"))
-        conn = h2_client()
-        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1})
-        conn.send_headers(1, [(":method", "GET"), (":path", "/version"), (":scheme", "https"),
-                              (":authority", "localhost")], end_stream=True)  # fmt: skip
-        sock.sendall(conn.data_to_send())
+        loop = h2_loop(sock)
+        loop.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1})
+        loop.request([(":method", "GET"), (":path", "/version"), (":scheme", "https"), (":authority", "localhost")])
         assert sock.recv(65536)  # the server's preface and the response's first byte: the stream is running
         os.kill(server.process.popen.pid, signal.SIGTERM)
         code = server.process.popen.wait(timeout=30)

@@ -27,6 +27,7 @@ from .wire import (
     get_h2,
     h1_exchange,
     h2_client,
+    h2_loop,
     log_text,
     read_stream,
     tls_context,
@@ -161,12 +162,12 @@ def test_a_priority_flood_is_ignored_without_a_traceback(replica: launch.Replica
     streams): "Unhandled exception", a traceback per connection, the connection gone. RFC 9113 section 5.3.2
     deprecates the priority signals and lets a server ignore them; the connection goes on serving."""
     with connect(replica, tls_context(dev_pki, "h2")) as sock:
-        conn = h2_client()
+        loop = h2_loop(sock)
         for stream_id in range(1, 2003, 2):  # 1,001 idle streams
-            conn.prioritize(stream_id, weight=16, depends_on=0)
-        conn.send_headers(2003, PSEUDO, end_stream=True)
-        sock.sendall(conn.data_to_send())
-        reply = read_stream(sock, conn, 2003)
+            loop.conn.prioritize(stream_id, weight=16, depends_on=0)
+        loop.conn.send_headers(2003, PSEUDO, end_stream=True)
+        loop.flush()
+        reply = read_stream(loop, 2003)
     assert reply.status == 200, reply
     assert_no_traceback(replica)
     assert "Unhandled exception" not in log_text(replica), replica.process.output(30)

@@ -16,7 +16,7 @@ from secure_orca.lab import replicas as launch
 from tests.replicas import replica_fixture
 
 from ..conftest import fp_flags
-from .wire import connect, h2_client, read_streams, tls_context
+from .wire import connect, h2_loop, read_streams, tls_context
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 BASE = [(":scheme", "https"), (":authority", "localhost")]
@@ -37,15 +37,15 @@ replica = replica_fixture(fp_flags)
 def beside_a_request_in_progress(replica: launch.Replica, dev_pki: pki.DevPKI, send_malformed) -> dict:
     """Stream 1 is a POST whose body is half sent; ``send_malformed`` sends stream 3; then stream 1 finishes."""
     with connect(replica, tls_context(dev_pki, "h2"), timeout=5) as sock:
-        conn = h2_client()
-        conn.send_headers(1, [(":method", "POST"), (":path", REVIEW), *BASE, ("content-type", "application/json")])
-        conn.send_data(1, b'{"kind":')
-        send_malformed(conn)
-        sock.sendall(conn.data_to_send())
+        loop = h2_loop(sock)
+        loop.conn.send_headers(1, [(":method", "POST"), (":path", REVIEW), *BASE, ("content-type", "application/json")])
+        loop.conn.send_data(1, b'{"kind":')
+        send_malformed(loop.conn)
+        loop.flush()
         time.sleep(0.1)  # the malformed stream is handled while stream 1 waits for its body
-        conn.send_data(1, b'"SelfSubjectReview"}', end_stream=True)
-        sock.sendall(conn.data_to_send())
-        return read_streams(sock, conn, [1, 3])
+        loop.conn.send_data(1, b'"SelfSubjectReview"}', end_stream=True)
+        loop.flush()
+        return read_streams(loop, [1, 3])
 
 
 @pytest.mark.parametrize("case", MALFORMED)

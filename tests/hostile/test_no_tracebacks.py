@@ -21,7 +21,7 @@ from .wire import (
     get_h2,
     h1_exchange,
     h1_status,
-    h2_client,
+    h2_loop,
     h2_request,
     read_stream,
     tls_context,
@@ -81,25 +81,19 @@ def invalid_upstream_url(replica: launch.Replica, dev_pki: pki.DevPKI) -> int | 
 def trailers_after_early_response(replica: launch.Replica, dev_pki: pki.DevPKI) -> int | None:
     """A request body with trailers to an endpoint that answers without reading the body."""
     with connect(replica, tls_context(dev_pki, "h2")) as sock:
-        conn = h2_client()
-        conn.send_headers(1, [(":method", "POST"), (":path", "/healthz"), (":scheme", "https"),
-                              (":authority", "localhost"), ("te", "trailers")])  # fmt: skip
-        sock.sendall(conn.data_to_send())
-        reply = read_stream(sock, conn, 1)  # the response arrives before the body is sent
-        conn.send_data(1, b"late body")
-        conn.send_headers(1, [("x-trailer", "late")], end_stream=True)
-        sock.sendall(conn.data_to_send())
+        loop = h2_loop(sock)
+        stream = loop.request([(":method", "POST"), (":path", "/healthz"), (":scheme", "https"),
+                               (":authority", "localhost"), ("te", "trailers")], end=False)  # fmt: skip
+        reply = read_stream(loop, stream)  # the response arrives before the body is sent
+        loop.conn.send_data(1, b"late body")
+        loop.conn.send_headers(1, [("x-trailer", "late")], end_stream=True)
+        loop.flush()
         time.sleep(0.3)
-        conn.ping(b"12345678")
-        sock.sendall(conn.data_to_send())
-        pong = False
-        for _ in range(20):
-            data = sock.recv(65536)
-            if not data:
-                break
-            if any(isinstance(e, h2.events.PingAckReceived) for e in conn.receive_data(data)):
-                pong = True
-                break
+        loop.conn.ping(b"12345678")
+        loop.flush()
+        pongs: list[h2.events.Event] = []
+        loop.on_event = lambda e: pongs.append(e) if isinstance(e, h2.events.PingAckReceived) else None
+        pong = loop.read_until(lambda: bool(pongs))
         assert pong, "the connection died after trailers on an answered stream"
         return reply.status
 

@@ -6,24 +6,17 @@ from __future__ import annotations
 import ssl
 from collections.abc import Iterator
 
-import h2.connection
 import httpx
 import pytest
 
 from secure_orca import pki
+from secure_orca.h2client import H2Loop
 from secure_orca.lab import replicas as launch
 from tests.replicas import assert_no_traceback, run_replicas
 
 from ..conftest import fp_flags
 from .backends import Recorded, recording_backend
-from .wire import (
-    connect,
-    get_h2,
-    h2_client,
-    read_stream,
-    read_streams,
-    tls_context,
-)
+from .wire import connect, get_h2, h2_loop, read_stream, read_streams, tls_context
 
 STALLED_STREAMS = 60  # per connection; two connections hold more than httpx's pool of 100 upstream connections
 
@@ -36,19 +29,17 @@ def rig(dev_pki: pki.DevPKI) -> Iterator[tuple[launch.Replica, Recorded]]:
             yield replica, recorded
 
 
-def stall_uploads(
-    replica: launch.Replica, dev_pki: pki.DevPKI
-) -> tuple[ssl.SSLSocket, h2.connection.H2Connection, list[int]]:
+def stall_uploads(replica: launch.Replica, dev_pki: pki.DevPKI) -> tuple[ssl.SSLSocket, H2Loop, list[int]]:
     """One connection with STALLED_STREAMS POSTs, each sending one byte of its body and then nothing."""
     sock = connect(replica, tls_context(dev_pki, "h2"), timeout=15)
-    conn = h2_client()
+    loop = h2_loop(sock)
     streams = [1 + 2 * i for i in range(STALLED_STREAMS)]
     for stream_id in streams:
-        conn.send_headers(stream_id, [(":method", "POST"), (":path", f"/apis/x/upload/{stream_id}"),
-                                      (":scheme", "https"), (":authority", "localhost")])  # fmt: skip
-        conn.send_data(stream_id, b"x")
-    sock.sendall(conn.data_to_send())
-    return sock, conn, streams
+        loop.conn.send_headers(stream_id, [(":method", "POST"), (":path", f"/apis/x/upload/{stream_id}"),
+                                           (":scheme", "https"), (":authority", "localhost")])  # fmt: skip
+        loop.conn.send_data(stream_id, b"x")
+    loop.flush()
+    return sock, loop, streams
 
 
 def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> None:
@@ -62,8 +53,8 @@ def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> N
                 assert (response.status_code, response.text) == (200, "backend")
         # Each stalled upload was refused: 429 beyond the per-client bound, 408 once its body stalled.
         statuses = []
-        for sock, conn, streams in held:
-            replies = read_streams(sock, conn, streams)
+        for _, loop, streams in held:
+            replies = read_streams(loop, streams)
             statuses += [reply.status for reply in replies.values()]
         assert set(statuses) <= {408, 429}, statuses
         assert 429 in statuses and 408 in statuses
@@ -83,11 +74,9 @@ def test_slow_header_and_never_reading_clients_do_not_stop_others(rig, dev_pki) 
     never_read = []
     for _ in range(10):  # HTTP/2 clients that ask for a response and never open their window
         sock = connect(replica, tls_context(dev_pki, "h2"))
-        conn = h2_client()
-        conn.update_settings({4: 0})  # SETTINGS_INITIAL_WINDOW_SIZE = 0
-        conn.send_headers(1, [(":method", "GET"), (":path", "/version"), (":scheme", "https"),
-                              (":authority", "localhost")], end_stream=True)  # fmt: skip
-        sock.sendall(conn.data_to_send())
+        loop = h2_loop(sock)
+        loop.conn.update_settings({4: 0})  # SETTINGS_INITIAL_WINDOW_SIZE = 0
+        loop.request([(":method", "GET"), (":path", "/version"), (":scheme", "https"), (":authority", "localhost")])
         never_read.append(sock)
     try:
         for _ in range(3):
@@ -105,16 +94,15 @@ def test_a_slow_body_within_the_timeout_is_forwarded_whole(rig, dev_pki) -> None
     replica, recorded = rig
     before = len(recorded.requests)
     with connect(replica, tls_context(dev_pki, "h2")) as sock:
-        conn = h2_client()
-        conn.send_headers(1, [(":method", "POST"), (":path", "/apis/x/slow"), (":scheme", "https"),
-                              (":authority", "localhost")])  # fmt: skip
-        sock.sendall(conn.data_to_send())
+        loop = h2_loop(sock)
+        stream = loop.request([(":method", "POST"), (":path", "/apis/x/slow"), (":scheme", "https"),
+                               (":authority", "localhost")], end=False)  # fmt: skip
         for _ in range(4):
-            conn.send_data(1, b"part")
-            sock.sendall(conn.data_to_send())
+            loop.conn.send_data(stream, b"part")
+            loop.flush()
             time.sleep(0.3)  # well inside the 2s body timeout
-        conn.end_stream(1)
-        sock.sendall(conn.data_to_send())
-        reply = read_stream(sock, conn, 1)
+        loop.conn.end_stream(stream)
+        loop.flush()
+        reply = read_stream(loop, stream)
     assert (reply.status, reply.body) == (200, b"backend")
     assert recorded.requests[before:] == [("POST", "/apis/x/slow")]

@@ -15,6 +15,7 @@ import h2.connection
 import h2.events
 
 from secure_orca import pki
+from secure_orca.h2client import H2Loop
 from secure_orca.lab.replicas import Replica
 
 from ..conftest import ClientCert
@@ -63,48 +64,49 @@ def h2_client() -> h2.connection.H2Connection:
     return conn
 
 
-def read_streams(sock: ssl.SSLSocket, conn: h2.connection.H2Connection, stream_ids: list[int]) -> dict[int, H2Reply]:
+def h2_loop(sock: ssl.SSLSocket) -> H2Loop:
+    """The loop of :func:`h2_client` over ``sock``; a timeout, a reset or a TLS error on a read ends it."""
+    return H2Loop(sock, h2_client(), closes_on=(TimeoutError, ConnectionError, ssl.SSLError))
+
+
+def read_streams(loop: H2Loop, stream_ids: list[int]) -> dict[int, H2Reply]:
     """Read until every stream of ``stream_ids`` ends or is reset, or the connection closes."""
     replies = {stream_id: H2Reply() for stream_id in stream_ids}
     open_ids = set(stream_ids)
-    while open_ids:
-        try:
-            data = sock.recv(65536)
-        except (TimeoutError, ConnectionError, ssl.SSLError):
-            data = b""
-        if not data:
+
+    def record(event: h2.events.Event) -> None:
+        reply = replies.get(getattr(event, "stream_id", 0))
+        if isinstance(event, h2.events.ConnectionTerminated):
             for stream_id in open_ids:
-                replies[stream_id].closed = True
-            break
-        for event in conn.receive_data(data):
-            reply = replies.get(getattr(event, "stream_id", 0))
-            if isinstance(event, h2.events.ConnectionTerminated):
-                for stream_id in open_ids:
-                    replies[stream_id].goaway = True
-                open_ids.clear()
-            elif reply is None:
-                continue
-            elif isinstance(event, h2.events.ResponseReceived):
-                for name, value in event.headers:
-                    if name == ":status":
-                        reply.status = int(value)
-                    else:
-                        reply.headers.append((str(name), str(value)))
-            elif isinstance(event, h2.events.DataReceived):
-                reply.body += event.data
-                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            elif isinstance(event, h2.events.StreamReset):
-                reply.reset = int(event.error_code)
-                open_ids.discard(event.stream_id)
-            elif isinstance(event, h2.events.StreamEnded):
-                open_ids.discard(event.stream_id)
-        sock.sendall(conn.data_to_send())
+                replies[stream_id].goaway = True
+            open_ids.clear()
+        elif reply is None:
+            return
+        elif isinstance(event, h2.events.ResponseReceived):
+            for name, value in event.headers:
+                if name == ":status":
+                    reply.status = int(value)
+                else:
+                    reply.headers.append((str(name), str(value)))
+        elif isinstance(event, h2.events.DataReceived):
+            reply.body += event.data
+            loop.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.StreamReset):
+            reply.reset = int(event.error_code)
+            open_ids.discard(event.stream_id)
+        elif isinstance(event, h2.events.StreamEnded):
+            open_ids.discard(event.stream_id)
+
+    loop.on_event = record
+    loop.read_until(lambda: not open_ids)
+    for stream_id in open_ids:  # the connection closed first
+        replies[stream_id].closed = True
     return replies
 
 
-def read_stream(sock: ssl.SSLSocket, conn: h2.connection.H2Connection, stream_id: int) -> H2Reply:
+def read_stream(loop: H2Loop, stream_id: int) -> H2Reply:
     """Read until ``stream_id`` ends, is reset, or the connection closes."""
-    return read_streams(sock, conn, [stream_id])[stream_id]
+    return read_streams(loop, [stream_id])[stream_id]
 
 
 def h2_request(
@@ -116,12 +118,8 @@ def h2_request(
 ) -> H2Reply:
     """One request on a fresh HTTP/2 connection, headers sent verbatim (pseudo-headers included)."""
     with connect(replica, tls_context(dev_pki, "h2", cert)) as sock:
-        conn = h2_client()
-        conn.send_headers(1, headers, end_stream=body is None)
-        if body is not None:
-            conn.send_data(1, body, end_stream=True)
-        sock.sendall(conn.data_to_send())
-        return read_stream(sock, conn, 1)
+        loop = h2_loop(sock)
+        return read_stream(loop, loop.request(headers, body))
 
 
 def get_h2(replica: Replica, dev_pki: pki.DevPKI, path: str, *extra: tuple[str, str]) -> H2Reply:

@@ -199,21 +199,21 @@ def test_http11_rotation_closes_after_the_response(rotating, dev_pki) -> None:
 def test_rotation_is_off_by_default(dev_pki: pki.DevPKI) -> None:
     """kube-apiserver has no per-connection request limit (and --goaway-chance 0), so a load
     balancer's connection is never rotated unless asked: 1,050 requests on one connection, no GOAWAY."""
-    from tests.hostile.wire import connect, h2_client, read_streams, tls_context
+    from tests.hostile.wire import connect, h2_loop, read_streams, tls_context
 
     headers = [(":method", "GET"), (":path", "/healthz"), (":scheme", "https"), (":authority", "localhost")]
     with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
         sock = connect(replica, tls_context(dev_pki, "h2"))
-        conn = h2_client()
+        loop = h2_loop(sock)
         replies = {}
         for _ in range(21):  # batches of 50 concurrent streams
             batch = []
             for _ in range(50):
-                stream_id = conn.get_next_available_stream_id()
-                conn.send_headers(stream_id, headers, end_stream=True)
+                stream_id = loop.conn.get_next_available_stream_id()
+                loop.conn.send_headers(stream_id, headers, end_stream=True)
                 batch.append(stream_id)
-            sock.sendall(conn.data_to_send())
-            replies.update(read_streams(sock, conn, batch))
+            loop.flush()
+            replies.update(read_streams(loop, batch))
         sock.close()
     assert len(replies) == 1050
     assert not [r for r in replies.values() if r.goaway or r.closed or r.status != 200]
