@@ -3,9 +3,8 @@ h2 client, and end to end with httpx: in-flight streams finish, later streams ar
 
 from __future__ import annotations
 
-import socket
+import contextlib
 import ssl
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,9 +14,10 @@ import h2.errors
 import hpack
 import httpx
 import pytest
-from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame, SettingsFrame
+from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, RstStreamFrame, SettingsFrame
 
 from secure_orca import pki
+from secure_orca.h2client import H2Loop, ReadDeadline, WireFrame, connect
 from secure_orca.lab import replicas as launch
 from secure_orca.server.http.rotation import MAX_STREAM_ID
 from tests.conftest import fp_flags
@@ -34,39 +34,31 @@ class Outcome:
 
 
 class RawH2:
-    """A minimal HTTP/2 client over TLS, so the test sees every frame's effect."""
+    """A minimal HTTP/2 client over TLS, so the test sees every frame's effect: h2 writes the requests, and every
+    frame received is parsed here, none by h2, whose client state machine rejects the frames a server
+    legitimately sends after its GOAWAY."""
 
     def __init__(self, replica: launch.Replica, ca: str) -> None:
         context = ssl.create_default_context(cafile=ca)
         context.set_alpn_protocols(["h2"])
-        raw = socket.create_connection((replica.host, replica.port), timeout=10)
-        self.sock = context.wrap_socket(raw, server_hostname=replica.host)
+        self.sock = connect(replica.host, replica.port, context, server_hostname=replica.host)
         assert self.sock.selected_alpn_protocol() == "h2"
-        self.conn = h2.connection.H2Connection()
-        self.conn.initiate_connection()
+        self.loop = H2Loop(self.sock, h2.connection.H2Connection(), on_frame=self.record, admit=lambda frame: False)
         self.outcome = Outcome()
-        self.buffer = b""
         self.sent: list[int] = []
         self.decoder = hpack.Decoder()
-        self.flush()
-
-    def flush(self) -> None:
-        self.sock.sendall(self.conn.data_to_send())
+        self.loop.open()
 
     def request(self, path: str) -> int:
-        stream = self.conn.get_next_available_stream_id()
         headers = [(":method", "GET"), (":path", path), (":scheme", "https"), (":authority", "localhost")]
-        self.conn.send_headers(stream, headers, end_stream=True)
-        self.flush()
-        self.sent.append(stream)
-        return stream
+        self.sent.append(self.loop.request(headers))
+        return self.sent[-1]
 
     def read_until(self, done: Callable[[], bool], timeout: float = 20.0) -> Outcome:
-        """Read frames until ``done()`` or the server closes. Frames are parsed here, not by h2, whose client
-        state machine rejects the frames a server legitimately sends after its GOAWAY."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.outcome.closed and not done():
-            self.read_frames()
+        """Read frames until ``done()``, the server closes, or ``timeout`` seconds pass."""
+        with contextlib.suppress(ReadDeadline):
+            self.loop.read_until(done, timeout)
+        self.outcome.closed = self.loop.eof
         return self.outcome
 
     def answered(self) -> bool:
@@ -78,22 +70,10 @@ class RawH2:
         """The last stream id of the first GOAWAY after the notice (2**31-1), if one arrived."""
         return next((last for last, _ in self.outcome.goaways if last != MAX_STREAM_ID), None)
 
-    def read_frames(self) -> None:
-        data = self.sock.recv(65536)
-        if not data:
-            self.outcome.closed = True
+    def record(self, wire: WireFrame) -> None:
+        if wire.outbound:
             return
-        self.buffer += data
-        while len(self.buffer) >= 9:
-            frame, length = Frame.parse_frame_header(memoryview(self.buffer[:9]))
-            if len(self.buffer) < 9 + length:
-                return
-            frame.parse_body(memoryview(self.buffer[9 : 9 + length]))
-            self.buffer = self.buffer[9 + length :]
-            self.record(frame)
-
-    def record(self, frame: Frame) -> None:
-        o = self.outcome
+        o, frame = self.outcome, wire.parse()
         if isinstance(frame, HeadersFrame):
             o.status[frame.stream_id] = int(dict(self.decoder.decode(frame.data, raw=True))[b":status"])
         if isinstance(frame, HeadersFrame | DataFrame) and "END_STREAM" in frame.flags:
@@ -103,7 +83,7 @@ class RawH2:
         elif isinstance(frame, GoAwayFrame):
             o.goaways.append((frame.last_stream_id, frame.error_code))
         elif isinstance(frame, SettingsFrame) and "ACK" not in frame.flags:
-            self.sock.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
+            self.loop.send_raw(SettingsFrame(0, flags=["ACK"]).serialize())
 
 
 @pytest.fixture(scope="module")
