@@ -14,10 +14,11 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
+import h2.settings
 import httpx
 import pytest
 
-from secure_orca import pki
+from secure_orca import h2client, pki
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.procfs import rss_kib
 from tests.conftest import ClientCert, fp_flags
@@ -78,22 +79,12 @@ def test_soak_memory_is_stable(dev_pki, client_certs) -> None:
 
 def raw_h2_request(replica: launch.Replica, dev_pki: pki.DevPKI, path: str, window: int = 65535) -> ssl.SSLSocket:
     """Open an HTTP/2 connection, send one request, and return the socket without reading the response."""
-    import h2.config
-    import h2.connection
-    import h2.settings
-
     ctx = context(dev_pki)
     ctx.set_alpn_protocols(["h2"])
-    sock = ctx.wrap_socket(
-        socket.create_connection((replica.host, replica.port), timeout=10), server_hostname="localhost"
-    )
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.local_settings = h2.settings.Settings(client=True, initial_values={
-        h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})  # fmt: skip
-    conn.initiate_connection()
-    conn.send_headers(1, [(":method", "GET"), (":path", path), (":scheme", "https"), (":authority", "x"),
-                          (OPT_IN, "TEXT")], end_stream=True)  # fmt: skip
-    sock.sendall(conn.data_to_send())
+    sock = h2client.connect(replica.host, replica.port, ctx)
+    loop = h2client.H2Loop(sock)
+    loop.open({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+    loop.request([(":method", "GET"), (":path", path), (":scheme", "https"), (":authority", "x"), (OPT_IN, "TEXT")])
     return sock
 
 
