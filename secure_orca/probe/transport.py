@@ -1,5 +1,6 @@
-"""Probe transport (the only I/O): the target URL, TLS client contexts, a small sans-I/O HTTP/2 client over an
-``ssl`` socket and a raw HTTP/1.1 client, and ``exchange()``, which sends one vector on a fresh connection.
+"""Probe transport (the only I/O): the target URL, TLS client contexts, a small HTTP/2 client over an ``ssl``
+socket (on ``secure_orca.h2client``'s loop) and a raw HTTP/1.1 client, and ``exchange()``, which sends one vector
+on a fresh connection.
 
 Every socket has a timeout, and a connector connects only to the target it was given.
 """
@@ -16,13 +17,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import h2.config
-import h2.connection
 import h2.events
 import h2.exceptions
 from hpack import NeverIndexedHeaderTuple
 
 from secure_orca.errors import SecureOrcaError
+from secure_orca.h2client import H2Loop, client_connection
 from secure_orca.orca import oob
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.probe.vectors import CLEARTEXT, Headers, Identity, Vector
@@ -155,29 +155,28 @@ def _has_content_type(extra: Headers) -> bool:
 
 
 class H2Client:
-    """A minimal HTTP/2 client over one socket (h2 is sans-I/O): sequential GETs, headers and trailers kept
-    exactly as received. Outbound validation is off so malformed variants reach the server as written."""
+    """A minimal HTTP/2 client over one socket (``secure_orca.h2client.H2Loop``): sequential GETs, headers and
+    trailers kept exactly as received. Outbound validation is off so malformed variants reach the server as
+    written."""
 
     def __init__(self, sock: socket.socket, target: Target) -> None:
         self.sock = sock
         self.target = target
         self.scheme = b"https" if isinstance(sock, ssl.SSLSocket) else b"http"
-        config = h2.config.H2Configuration(
-            client_side=True,
-            header_encoding=None,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-            validate_inbound_headers=False,
+        conn = client_connection(
+            validate_outbound_headers=False, normalize_outbound_headers=False, validate_inbound_headers=False
         )
-        self.conn = h2.connection.H2Connection(config=config)
-        self.conn.initiate_connection()
-        self._flush()
-        self.closed = False
+        self.loop = H2Loop(sock, conn).open()
+        self._closed = False
 
-    def _flush(self) -> None:
-        data = self.conn.data_to_send()
-        if data:
-            self.sock.sendall(data)
+    @property
+    def closed(self) -> bool:
+        """The server closed or sent GOAWAY, or the caller gave the connection up."""
+        return self._closed or self.loop.closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        self._closed = value
 
     def get(
         self, path: str, extra: Headers, method: str = "GET", content: bytes = b"", until_data: bool = False
@@ -186,63 +185,75 @@ class H2Client:
         arrived otherwise. ``until_data``: return at the response's first DATA (a stream that never ends, as a
         served StreamCoreMetrics call, is judged by its first message)."""
         out = Exchange()
-        stream = self.conn.get_next_available_stream_id()
         headers = _request_headers(self.target, path, extra, self.scheme, method, len(content))
-        self.conn.send_headers(stream, headers, end_stream=not content)
-        if content:
-            self.conn.send_data(stream, content, end_stream=True)
-        self._flush()
-        body = 0
-        while True:
-            data = self.sock.recv(65536)
-            if not data:
-                self.closed = True
-                out.error_kind, out.error = "closed", "connection closed before the response ended"
-                return out
+        response = _Response(out, self.loop.request(headers, content or None), until_data)
+
+        def on_event(event: h2.events.Event) -> None:
+            if isinstance(event, h2.events.DataReceived):
+                self.loop.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            response.event(event)
+
+        self.loop.on_event = on_event
+        while not response.finished:
             try:
-                events = self.conn.receive_data(data)
+                self.loop.read()
             except h2.exceptions.ProtocolError:
                 if not self.closed:
                     raise
                 # h2 accepts no frame after a GOAWAY, even for a stream the server still answers
                 out.error_kind, out.error = "closed", "GOAWAY before the response ended"
                 return out
-            for event in events:
-                if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream:
-                    out.headers = [(bytes(n), bytes(v)) for n, v in event.headers]
-                    out.status = _status(out.headers)
-                elif isinstance(event, h2.events.TrailersReceived) and event.stream_id == stream:
-                    out.trailers = [(bytes(n), bytes(v)) for n, v in event.headers]
-                elif isinstance(event, h2.events.DataReceived):
-                    self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                    body += len(event.data)
-                    if event.stream_id == stream and body <= MAX_BODY:
-                        out.body += event.data
-                        if until_data and out.body:
-                            return out
-                elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
-                    self._flush()
-                    return out
-                elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream:
-                    out.error_kind, out.error = "reset", f"stream reset ({_code(event.error_code)})"
-                    return out
-                elif isinstance(event, h2.events.ConnectionTerminated):
-                    self.closed = True
-                    if event.last_stream_id is None or event.last_stream_id < stream:
-                        out.error_kind, out.error = "reset", f"GOAWAY ({_code(event.error_code)})"
-                        return out
-            self._flush()
-            if body > MAX_BODY:
+            if self.loop.eof:
+                out.error_kind, out.error = "closed", "connection closed before the response ended"
+                return out
+            if not response.finished and response.body > MAX_BODY:
                 out.error_kind, out.error = "protocol", "response body too large"
                 return out
+        return out
 
     def close(self) -> None:
         try:
-            self.conn.close_connection()
-            self._flush()
+            self.loop.conn.close_connection()
+            self.loop.flush()
         except (OSError, h2.exceptions.ProtocolError):
             pass
         self.sock.close()
+
+
+@dataclass
+class _Response:
+    """What one stream's events make of ``out``; ``finished`` once it is complete (or will never be)."""
+
+    out: Exchange
+    stream: int
+    until_data: bool
+    body: int = 0  # DATA bytes on the connection while this response was read
+    finished: bool = False
+
+    def event(self, event: h2.events.Event) -> None:
+        out, stream = self.out, self.stream
+        if self.finished:
+            return
+        if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream:
+            out.headers = [(bytes(n), bytes(v)) for n, v in event.headers]
+            out.status = _status(out.headers)
+        elif isinstance(event, h2.events.TrailersReceived) and event.stream_id == stream:
+            out.trailers = [(bytes(n), bytes(v)) for n, v in event.headers]
+        elif isinstance(event, h2.events.DataReceived):
+            self.body += len(event.data)
+            if event.stream_id == stream and self.body <= MAX_BODY:
+                out.body += event.data
+                self.finished = self.until_data and bool(out.body)
+        elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream:
+            self.finished = True
+        elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream:
+            out.error_kind, out.error = "reset", f"stream reset ({_code(event.error_code)})"
+            self.finished = True
+        elif isinstance(event, h2.events.ConnectionTerminated) and (
+            event.last_stream_id is None or event.last_stream_id < stream
+        ):
+            out.error_kind, out.error = "reset", f"GOAWAY ({_code(event.error_code)})"
+            self.finished = True
 
 
 def _code(code: Any) -> str:
