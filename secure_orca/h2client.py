@@ -2,8 +2,9 @@
 frame sent and received shown to a hook, the bytes counted. The probe, the HPACK measurement, the lab, the
 benchmarks and the tests drive HTTP/2 through it; the server side is ``secure_orca.server.http``.
 
-Received bytes go to h2 as they arrive, unless ``admit`` is given: then only the whole frames it admits do (a
-client can read the frames h2's state machine would refuse, as those after a GOAWAY, or parse every frame itself).
+Received bytes go to h2 as they arrive, unless ``admit`` is given: it sees every whole frame received, and only
+those it admits go to h2 (a client can read the frames h2's state machine would refuse, as those after a GOAWAY,
+or parse every frame itself).
 """
 
 from __future__ import annotations

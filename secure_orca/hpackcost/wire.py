@@ -2,9 +2,9 @@
 
 For each per-connection rate, ``connections`` workers send requests WITH the opt-in (the load balancer's
 credentials: front-proxy client certificate and/or ``TEXT; secret=...``) and as many WITHOUT it, at the same
-time, to the same server. Each worker is one thread with a blocking TLS socket (ALPN h2) driving an
-``h2.connection.H2Connection`` sans-I/O. The bytes the server sends are also split into frames here
-(:class:`HeaderCapture`), so the exact header block of every response (HEADERS payload less padding and
+time, to the same server. Each worker is one thread with a blocking TLS socket (ALPN h2) driving an h2 client
+connection through :class:`~secure_orca.h2client.H2Loop`, which shows every frame the server sends, whole, to
+:class:`HeaderCapture`, so the exact header block of every response (HEADERS payload less padding and
 priority, plus CONTINUATION payloads) goes to :func:`secure_orca.hpackcost.walk.attribute_connection`.
 
 Two wire figures of the report's cost: ``marginal`` (the walker's attribution: the same header lists replayed
@@ -31,14 +31,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import h2.config
 import h2.connection
 import h2.events
-import h2.exceptions
 from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import ContinuationFrame, Frame, GoAwayFrame, HeadersFrame
 
 from secure_orca.errors import SecureOrcaError
+from secure_orca.h2client import FRAME_HEADER, H2Loop
 from secure_orca.hpackcost.model import WARMUP_CAP, Scenario, simulate
 from secure_orca.hpackcost.results import WireResult
 from secure_orca.hpackcost.walk import (
@@ -57,7 +56,6 @@ from secure_orca.orca.optin import header_value
 from secure_orca.orca.report import DEFAULT_DECIMALS, encode_bin, parse_text
 
 USER_AGENT = b"secure-orca-hpack/0.1"
-FRAME_HEADER = 9  # RFC 9113 section 4.1
 MAX_IN_FLIGHT = 64  # below hypercorn's 100 concurrent streams
 MAX_CONNECTIONS_PER_WORKER = 1000  # bound on reconnections after GOAWAY
 GRACE = 10.0  # seconds after the schedule to wait for the last responses
@@ -140,7 +138,8 @@ class CapturedBlock:
 
 @dataclass
 class HeaderCapture:
-    """Split a server-to-client byte stream into frames and collect complete header blocks in wire order.
+    """Collect the complete header blocks of a server's frames (as :class:`~secure_orca.h2client.H2Loop` shows
+    them, whole) in wire order, and note its GOAWAY.
 
     ``h2load_bytes`` counts what h2load reports as "headers": each HEADERS frame's length less padding and
     priority fields, CONTINUATION frames and the 9-byte frame headers not included.
@@ -151,35 +150,26 @@ class HeaderCapture:
     frame_bytes: int = 0  # their length including the 9-byte frame headers
     h2load_bytes: int = 0
     goaway_last_stream: int | None = None
-    _buffer: bytearray = field(default_factory=bytearray)
     _pending: bytearray | None = None
     _pending_stream: int = 0
 
-    def feed(self, data: bytes, now: float) -> bytes:
-        """Consume bytes (any split); return the complete frames to hand to h2, less any GOAWAY.
+    def frame(self, raw: bytes, now: float) -> bool:
+        """Take one whole frame received at ``now``; whether to hand it to h2: not a GOAWAY.
 
         GOAWAY is kept from h2 (which refuses every frame after it) and noted in ``goaway_last_stream``, so
         the responses the server still finishes after a graceful GOAWAY are received and counted.
         """
-        self._buffer += data
-        forward = bytearray()
-        while len(self._buffer) >= FRAME_HEADER:
-            frame, length = Frame.parse_frame_header(memoryview(bytes(self._buffer[:FRAME_HEADER])))
-            if len(self._buffer) < FRAME_HEADER + length:
-                break
-            raw = bytes(self._buffer[: FRAME_HEADER + length])
-            del self._buffer[: FRAME_HEADER + length]
-            try:
-                frame.parse_body(memoryview(raw[FRAME_HEADER:]))
-            except HyperframeError as error:
-                raise WireError(f"malformed {type(frame).__name__} from the server: {error}") from None
-            if isinstance(frame, GoAwayFrame):
-                last = frame.last_stream_id
-                self.goaway_last_stream = min(last, self.goaway_last_stream or last)
-            else:
-                forward += raw
-            self._frame(frame, length, now)
-        return bytes(forward)
+        frame, length = Frame.parse_frame_header(memoryview(raw[:FRAME_HEADER]))
+        try:
+            frame.parse_body(memoryview(raw[FRAME_HEADER:]))
+        except HyperframeError as error:
+            raise WireError(f"malformed {type(frame).__name__} from the server: {error}") from None
+        self._frame(frame, length, now)
+        if isinstance(frame, GoAwayFrame):
+            last = frame.last_stream_id
+            self.goaway_last_stream = min(last, self.goaway_last_stream or last)
+            return False
+        return True
 
     @property
     def goaway(self) -> bool:
@@ -287,12 +277,11 @@ class Worker:
         record = ConnectionRecord(self.opt_in)
         self.records.append(record)
         self.counters.connections += 1
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
         in_flight: set[int] = set()
         done = 0
         with self.connect() as tls:
-            conn.initiate_connection()
-            tls.sendall(conn.data_to_send())
+            loop = H2Loop(tls, admit=lambda frame: record.capture.frame(frame.raw, time.monotonic())).open()
+            conn = loop.conn
             while time.monotonic() < deadline:
                 now = time.monotonic()
                 due = answered + done + len(in_flight)
@@ -307,26 +296,25 @@ class Worker:
                     in_flight.add(stream_id)
                     due += 1
                     self.counters.sent += 1
-                tls.sendall(conn.data_to_send())
+                loop.flush()
                 if answered + done >= self.count or (record.capture.goaway and not in_flight):
                     break
                 wake = self.start + due / self.rate if due < self.count else deadline
                 tls.settimeout(min(max(wake - now, 0.001), self.timeout))
                 try:
-                    data = tls.recv(65536)
+                    events = loop.read()
                 except TimeoutError:
                     continue
-                if not data:
+                if loop.eof:
                     break
-                frames = record.capture.feed(data, time.monotonic())
-                finished = self._events(conn, conn.receive_data(frames) if frames else [], record, in_flight)
+                finished = self._events(conn, events, record, in_flight)
                 if record.capture.goaway:  # streams the server will not answer: sent again on a new connection
                     refused = {s for s in in_flight if s > (record.capture.goaway_last_stream or 0)}
                     in_flight -= refused
                     record.refused += len(refused)
                 done += finished
                 self.counters.done += finished
-                tls.sendall(conn.data_to_send())
+                loop.flush()
         return done
 
     def _events(

@@ -3,11 +3,12 @@ its response, the frame hook against the bytes the socket itself carried, raw fr
 
 from __future__ import annotations
 
+import socket
 import ssl
 
 import h2.events
 import pytest
-from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, PingFrame, SettingsFrame
+from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, PingFrame, SettingsFrame, WindowUpdateFrame
 
 from secure_orca import pki
 from secure_orca.h2client import PREFACE, H2Loop, ReadDeadline, WireFrame, connect
@@ -105,3 +106,25 @@ def test_the_deadline_ends_the_read_with_a_clear_error(secured_replica: launch.R
         assert sock.gettimeout() == 10.0  # the socket's own timeout is back
         assert not loop.closed
         assert loop.read_until(lambda: True, timeout=0)  # a condition that holds needs no read
+
+
+def test_frames_split_across_reads_are_shown_whole_and_in_order() -> None:
+    """Over a real socket pair, a peer's frames arrive in pieces that cut them anywhere: the hook sees each whole
+    frame once, in order, and h2 gets exactly the admitted ones."""
+    ping = PingFrame(0)
+    ping.opaque_data = b"12345678"
+    update = WindowUpdateFrame(0)
+    update.window_increment = 1000
+    frames = [SettingsFrame(0).serialize(), ping.serialize(), update.serialize()]
+    wire = b"".join(frames)
+    seen: list[WireFrame] = []
+    near, far = socket.socketpair()
+    with near, far:
+        loop = H2Loop(near, on_frame=seen.append, admit=lambda frame: frame.type != PingFrame.type).open()
+        events = []
+        for piece in (wire[:5], wire[5:20], wire[20:]):
+            far.sendall(piece)
+            events += loop.read()
+    assert [f.raw for f in seen if not f.outbound] == frames
+    assert loop.bytes_received == len(wire)
+    assert [type(e) for e in events] == [h2.events.RemoteSettingsChanged, h2.events.WindowUpdated]

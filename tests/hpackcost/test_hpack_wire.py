@@ -51,10 +51,10 @@ def test_capture_strips_padding_and_priority_and_joins_continuation() -> None:
     ended = frame(HEADERS, PADDED | PRIORITY | END_HEADERS, 1, payload)
     first = frame(HEADERS, 0, 3, b"\x88")
     rest = frame(CONTINUATION, END_HEADERS, 3, b"\x89")
-    stream = frame(0x0, 0x1, 1, b"body") + ended + first + rest
+    frames = [frame(0x0, 0x1, 1, b"body"), ended, first, rest]  # whole, as H2Loop shows them (tests/h2client)
     capture = HeaderCapture()
-    forwarded = b"".join(capture.feed(piece, 1.5) for piece in (stream[:5], stream[5:20], stream[20:]))
-    assert forwarded == stream  # complete frames only, in order, all of them handed to h2
+    forwarded = [raw for raw in frames if capture.frame(raw, 1.5)]
+    assert forwarded == frames  # in order, all of them handed to h2
     assert [(b.stream_id, b.block, b.at) for b in capture.blocks] == [(1, b"\x88\x40", 1.5), (3, b"\x88\x89", 1.5)]
     assert capture.h2load_bytes == 2 + 1  # HEADERS fragments only, as h2load counts them
     assert (capture.frames, capture.frame_bytes) == (3, len(ended) + len(first) + len(rest))
@@ -64,13 +64,13 @@ def test_capture_keeps_goaway_from_h2() -> None:
     capture = HeaderCapture()
     goaway = frame(GOAWAY, 0, 0, (7).to_bytes(4, "big") + bytes(4))
     block = frame(HEADERS, END_HEADERS, 7, b"\x88")
-    assert capture.feed(goaway + block, 0.0) == block
+    assert [raw for raw in (goaway, block) if capture.frame(raw, 0.0)] == [block]
     assert capture.goaway and capture.goaway_last_stream == 7 and len(capture.blocks) == 1
 
 
 def test_capture_refuses_stray_continuation() -> None:
     with pytest.raises(WireError, match="CONTINUATION"):
-        HeaderCapture().feed(frame(CONTINUATION, END_HEADERS, 1, b"\x88"), 0.0)
+        HeaderCapture().frame(frame(CONTINUATION, END_HEADERS, 1, b"\x88"), 0.0)
 
 
 @pytest.mark.parametrize(
