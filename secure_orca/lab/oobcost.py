@@ -9,14 +9,14 @@ import socket
 import ssl
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-import h2.config
-import h2.connection
 import h2.events
 
 from secure_orca import pki
 from secure_orca.credentials import devpki
+from secure_orca.h2client import H2Loop
 from secure_orca.lab import instrcount
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
@@ -24,7 +24,8 @@ from secure_orca.orca import oob
 
 
 class CountingTLS:
-    """A client TLS connection over a MemoryBIO: ``received`` counts ciphertext bytes read from the socket."""
+    """A client TLS connection over a MemoryBIO: ``received`` counts ciphertext bytes read from the socket (an
+    :class:`~secure_orca.h2client.H2Loop` runs over it as over a socket)."""
 
     def __init__(self, host: str, port: int, context: ssl.SSLContext) -> None:
         self.sock = socket.create_connection((host, port), timeout=10)
@@ -52,16 +53,22 @@ class CountingTLS:
         self.received += len(data)
         self.incoming.write(data)
 
-    def send(self, data: bytes) -> None:
+    def sendall(self, data: bytes) -> None:
         self.tls.write(data)
         self._flush()
 
-    def recv(self) -> bytes:
+    def recv(self, size: int) -> bytes:
         while True:
             try:
-                return self.tls.read(65536)
+                return self.tls.read(size)
             except ssl.SSLWantReadError:
                 self._pump()
+
+    def gettimeout(self) -> float | None:
+        return self.sock.gettimeout()
+
+    def settimeout(self, value: float | None) -> None:
+        self.sock.settimeout(value)
 
 
 def load_reader_context(dev: pki.DevPKI) -> ssl.SSLContext:
@@ -72,34 +79,41 @@ def load_reader_context(dev: pki.DevPKI) -> ssl.SSLContext:
     return context
 
 
-def open_stream(conn: CountingTLS, interval: float) -> tuple[h2.connection.H2Connection, int]:
-    """Call StreamCoreMetrics on ``conn`` asking for ``interval``; the HTTP/2 connection and the stream id."""
-    h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-    h2c.initiate_connection()
-    stream = h2c.get_next_available_stream_id()
+def open_stream(conn: CountingTLS, interval: float) -> tuple[H2Loop, int]:
+    """Call StreamCoreMetrics on ``conn`` asking for ``interval``: the loop and the stream id (the preface and the
+    call in one write)."""
+    loop = H2Loop(conn)
+    loop.conn.initiate_connection()
     headers = [(b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"localhost"),
                (b":path", oob.PATH_BYTES), (b"content-type", b"application/grpc"), (b"te", b"trailers")]  # fmt: skip
-    h2c.send_headers(stream, headers)
-    h2c.send_data(stream, oob.request_frame(interval), end_stream=True)
-    conn.send(h2c.data_to_send())
-    return h2c, stream
+    return loop, loop.request(headers, oob.request_frame(interval))
+
+
+def read_messages(loop: H2Loop, stream: int, count: int, each: Callable[[int], None]) -> None:
+    """Read until ``count`` DATA frames of ``stream`` arrived, each acknowledged and its length given to ``each``."""
+    got = 0
+
+    def on_event(event: h2.events.Event) -> None:
+        nonlocal got
+        if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
+            loop.conn.acknowledge_received_data(event.flow_controlled_length, stream)
+            got += 1
+            each(len(event.data))
+
+    loop.on_event = on_event
+    if not loop.read_until(lambda: got >= count):
+        raise ConnectionError("closed")
 
 
 def read_reports(host: str, port: int, dev: pki.DevPKI, count: int) -> None:
     """One stream on a new connection with the load-reader certificate: ``count`` reports at the 10 ms floor,
     then cancel and close."""
     conn = CountingTLS(host, port, load_reader_context(dev))
-    h2c, stream = open_stream(conn, 0.01)
-    got = 0
-    while got < count:
-        for event in h2c.receive_data(conn.recv()):
-            if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
-                h2c.acknowledge_received_data(event.flow_controlled_length, stream)
-                got += 1
-        conn.send(h2c.data_to_send())
-    h2c.reset_stream(stream)
-    h2c.close_connection()
-    conn.send(h2c.data_to_send())
+    loop, stream = open_stream(conn, 0.01)
+    read_messages(loop, stream, count, lambda size: None)
+    loop.conn.reset_stream(stream)
+    loop.conn.close_connection()
+    loop.flush()
     conn.sock.close()
 
 
@@ -118,20 +132,20 @@ def stream_bytes(host: str, port: int, dev: pki.DevPKI, interval: float, reports
     """Bytes per streamed report on a new TLS 1.3 connection with the load-reader certificate to a running replica,
     the stream asking for ``interval``: counted after the first report, so they hold at any interval."""
     conn = CountingTLS(host, port, load_reader_context(dev))
-    h2c, stream = open_stream(conn, interval)
+    loop, stream = open_stream(conn, interval)
     started_at = None  # ciphertext bytes when the first report arrived
     frame_bytes, messages = 0, list[int]()
+
+    def each(size: int) -> None:
+        nonlocal started_at, frame_bytes
+        if started_at is None:
+            started_at = conn.received
+        else:
+            frame_bytes += 9 + size
+        messages.append(size - oob.PREFIX_SIZE)
+
     try:
-        while len(messages) < reports + 1:
-            for event in h2c.receive_data(conn.recv()):
-                if isinstance(event, h2.events.DataReceived) and event.stream_id == stream:
-                    h2c.acknowledge_received_data(event.flow_controlled_length, stream)
-                    if started_at is None:
-                        started_at = conn.received
-                    else:
-                        frame_bytes += 9 + len(event.data)
-                    messages.append(len(event.data) - oob.PREFIX_SIZE)
-            conn.send(h2c.data_to_send())
+        read_messages(loop, stream, reports + 1, each)
     finally:
         conn.sock.close()
     assert started_at is not None
