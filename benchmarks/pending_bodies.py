@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import ssl
 import sys
 import tempfile
@@ -23,11 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import h2.config
-import h2.connection
 import h2.events
 
 from secure_orca.credentials import devpki
+from secure_orca.h2client import H2Loop, connect
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.procfs import rss_kib
 
@@ -36,45 +34,40 @@ REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 class Connection:
     def __init__(self, replica: launch.Replica, context: ssl.SSLContext) -> None:
-        raw = socket.create_connection((replica.host, replica.port), timeout=30)
-        self.sock = context.wrap_socket(raw, server_hostname="localhost")
-        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        self.conn.initiate_connection()
+        self.sock = connect(replica.host, replica.port, context, timeout=30)
+        self.loop = H2Loop(self.sock, on_event=self.event).open()
         self.answered = 0
         self.pinged = False
         self.closed = False  # by the server (hypercorn closes a connection idle for keep_alive_timeout)
-        self.flush()
-
-    def flush(self) -> None:
-        self.sock.sendall(self.conn.data_to_send())
 
     def open_posts(self, count: int) -> None:
+        conn = self.loop.conn
         for _ in range(count):
-            stream = self.conn.get_next_available_stream_id()
+            stream = conn.get_next_available_stream_id()
             headers = [(":method", "POST"), (":path", REVIEW), (":scheme", "https"), (":authority", "localhost")]
-            self.conn.send_headers(stream, headers)
-        self.flush()
+            conn.send_headers(stream, headers)
+        self.loop.flush()
 
     def ping(self) -> None:
         """Send a PING and read until its ACK: the server has handled every frame sent before it."""
         self.pinged = False
-        self.conn.ping(b"12345678")
-        self.flush()
+        self.loop.conn.ping(b"12345678")
+        self.loop.flush()
         while not self.pinged:
             self.read()
 
     def read(self) -> None:
-        data = self.sock.recv(65536)
-        if not data:
+        self.loop.read()
+        if self.loop.eof:
             raise ConnectionError("the server closed the connection")
-        for event in self.conn.receive_data(data):
-            if isinstance(event, h2.events.PingAckReceived):
-                self.pinged = True
-            elif isinstance(event, h2.events.StreamEnded):
-                self.answered += 1
-            elif isinstance(event, h2.events.DataReceived):
-                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-        self.flush()
+
+    def event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.PingAckReceived):
+            self.pinged = True
+        elif isinstance(event, h2.events.StreamEnded):
+            self.answered += 1
+        elif isinstance(event, h2.events.DataReceived):
+            self.loop.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
 
     def drain(self, until: float) -> None:
         self.sock.settimeout(0.05)
