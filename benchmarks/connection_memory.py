@@ -19,12 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import h2.config
-import h2.connection
 import h2.events
 import h2.settings
 
 from secure_orca.credentials import devpki
+from secure_orca.h2client import H2Loop, connect
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.procfs import rss_kib
 
@@ -33,17 +32,14 @@ SETTLE = 7.0  # seconds: beyond hypercorn's 5 s keep-alive timeout, which may ho
 
 
 def starve_and_leave(host: str, port: int, context: ssl.SSLContext) -> None:
-    with context.wrap_socket(socket.create_connection((host, port), timeout=10), server_hostname="localhost") as sock:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        conn.initiate_connection()
-        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1})
-        headers = [(":method", "GET"), (":path", "/version"), (":scheme", "https"), (":authority", "localhost")]
-        conn.send_headers(1, headers, end_stream=True)
-        sock.sendall(conn.data_to_send())
-        while True:
-            data = sock.recv(65536)
-            if not data or any(isinstance(e, h2.events.DataReceived) for e in conn.receive_data(data)):
-                return
+    with connect(host, port, context) as sock:
+        loop = H2Loop(sock)
+        loop.conn.initiate_connection()
+        loop.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1})
+        data: list[h2.events.Event] = []
+        loop.on_event = lambda event: data.append(event) if isinstance(event, h2.events.DataReceived) else None
+        loop.request([(":method", "GET"), (":path", "/version"), (":scheme", "https"), (":authority", "localhost")])
+        loop.read_until(lambda: bool(data))
 
 
 def per_connection(pid: int, host: str, port: int, context: ssl.SSLContext, connections: int) -> float:
