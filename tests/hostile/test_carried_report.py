@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from secure_orca import pki
+from secure_orca.h2client import client_connection
 from secure_orca.lab import replicas as launch
 from secure_orca.server.h2_headers import indexed_encoder
 from secure_orca.server.http.connection import GatewayH2Connection
@@ -28,7 +29,7 @@ FIELD = (REPORT, b"TEXT cpu_utilization=0.25, mem_utilization=0.5, rps_fractiona
 def connected() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
     """A server connection with the gateway's header encoding and a real h2 client, joined in memory."""
     server = GatewayH2Connection()
-    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    client = client_connection()
     client.initiate_connection()
     server.initiate_connection()
     server.receive_data(client.data_to_send())

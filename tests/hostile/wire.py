@@ -10,12 +10,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import h2.config
 import h2.connection
 import h2.events
 
 from secure_orca import pki
-from secure_orca.h2client import H2Loop
+from secure_orca.h2client import H2Loop, client_connection
 from secure_orca.lab.replicas import Replica
 
 from ..conftest import ClientCert
@@ -56,10 +55,9 @@ class H2Reply:
 
 def h2_client() -> h2.connection.H2Connection:
     """A client connection that sends headers unchecked (attacks need malformed ones)."""
-    config = h2.config.H2Configuration(
-        client_side=True, validate_outbound_headers=False, normalize_outbound_headers=False, header_encoding="latin-1"
+    conn = client_connection(
+        validate_outbound_headers=False, normalize_outbound_headers=False, header_encoding="latin-1"
     )
-    conn = h2.connection.H2Connection(config)
     conn.initiate_connection()
     return conn
 

@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import h2.connection
 import h2.errors
 import hpack
 import httpx
@@ -43,7 +42,7 @@ class RawH2:
         context.set_alpn_protocols(["h2"])
         self.sock = connect(replica.host, replica.port, context, server_hostname=replica.host)
         assert self.sock.selected_alpn_protocol() == "h2"
-        self.loop = H2Loop(self.sock, h2.connection.H2Connection(), on_frame=self.record, admit=lambda frame: False)
+        self.loop = H2Loop(self.sock, on_frame=self.record, admit=lambda frame: False)
         self.outcome = Outcome()
         self.sent: list[int] = []
         self.decoder = hpack.Decoder()
