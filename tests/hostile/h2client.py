@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -24,6 +24,7 @@ class Stream:
     body: bytes = b""
     ended: bool = False
     reset: int | None = None
+    fields: dict[str, str] = field(default_factory=dict)  # the response's headers, then its trailers
 
 
 class H2Client(H2Loop):
@@ -35,6 +36,12 @@ class H2Client(H2Loop):
         super().__init__(sock, conn, on_event=self._event, closes_on=(OSError, h2.exceptions.ProtocolError))
         self.streams: dict[int, Stream] = {}
         self.tls = sock
+        self.reads_past_goaway = False  # a GOAWAY ends no stream it allowed: a client may read on
+
+    @property
+    def closed(self) -> bool:
+        """The server ended the connection (GOAWAY, unless reading past it; EOF; a TLS or protocol error)."""
+        return self.eof or (self.terminated and not self.reads_past_goaway)
 
     @classmethod
     def connect(
@@ -97,6 +104,9 @@ class H2Client(H2Loop):
         if isinstance(event, h2.events.ResponseReceived):
             headers = cast(list[tuple[str, str]], event.headers)  # str: the connection decodes them as utf-8
             self.streams[event.stream_id].status = int(dict(headers)[":status"])
+            self.streams[event.stream_id].fields.update(headers)
+        elif isinstance(event, h2.events.TrailersReceived):
+            self.streams[event.stream_id].fields.update(cast(list[tuple[str, str]], event.headers))
         elif isinstance(event, h2.events.DataReceived):
             self.streams[event.stream_id].body += event.data
             self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
