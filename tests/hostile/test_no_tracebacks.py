@@ -85,8 +85,8 @@ def trailers_after_early_response(replica: launch.Replica, dev_pki: pki.DevPKI) 
         stream = loop.request([(":method", "POST"), (":path", "/healthz"), (":scheme", "https"),
                                (":authority", "localhost"), ("te", "trailers")], end=False)  # fmt: skip
         reply = read_stream(loop, stream)  # the response arrives before the body is sent
-        loop.conn.send_data(1, b"late body")
-        loop.conn.send_headers(1, [("x-trailer", "late")], end_stream=True)
+        loop.conn.send_data(stream, b"late body")
+        loop.conn.send_headers(stream, [("x-trailer", "late")], end_stream=True)
         loop.flush()
         time.sleep(0.3)
         loop.conn.ping(b"12345678")
