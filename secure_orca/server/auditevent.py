@@ -116,16 +116,18 @@ def mark_streamed(scope: Scope) -> None:
 
 
 _second = (-1, "")
+_REASONS = {reason: reason.value for reason in Reason}  # an Enum's ``value`` is a descriptor call: a dict is cheaper
+_NONE: list[str] = []
 _quote: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]  # JSON string, UTF-8
 
 
 def _timestamp(ns: int) -> str:
     """metav1.MicroTime: RFC 3339, microseconds, UTC (the seconds part formatted once per second)."""
     global _second
-    seconds, rest = divmod(ns, 1_000_000_000)
+    seconds = ns // 1_000_000_000
     if _second[0] != seconds:
         _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
-    return f"{_second[1]}.{rest // 1000:06d}Z"
+    return f"{_second[1]}.{ns // 1000 % 1_000_000:06d}Z"
 
 
 _PROXY_NAMES: dict[int, tuple[x509.Certificate, str]] = {}
@@ -168,6 +170,9 @@ def _ip(text: str) -> str | None:
 def _source_ips(forwarded: list[str], real: list[str], remote: str | None) -> list[str]:
     """kube's ``utilnet.SourceIPs``: X-Forwarded-For, X-Real-Ip when not listed, then the peer when it is not the
     last one listed; anything that is not an IP address is dropped (so no client text gets through)."""
+    if not forwarded and not real:  # the common case: the peer alone
+        peer = _ip(remote or "")
+        return [peer] if peer else []
     ips = [ip for ip in map(_ip, forwarded) if ip]
     for text in real[:1]:
         ip = _ip(text)
@@ -180,7 +185,7 @@ def _source_ips(forwarded: list[str], real: list[str], remote: str | None) -> li
 
 
 def _strings(values: Iterable[str], redact: Callable[[str], str]) -> str:
-    return ",".join(_quote(redact(v)) for v in values)
+    return ",".join(map(_quote, map(redact, values)))
 
 
 def _user(user: UserInfo | None, redact: Callable[[str], str]) -> str:
@@ -208,9 +213,12 @@ def line(record: AuditRecord, known: Redactor | Iterable[str] = (), audit_id: st
     redact: Callable[[str], str] = (lambda text: redactor(text, given)) if given else redactor
 
     uri = record.path.decode("latin-1") + ("?" + record.query.decode("latin-1") if record.query else "")
-    forwarded = [ip for value in record.forwarded for ip in value.decode("latin-1").split(",")]
-    ips = _source_ips(forwarded, [v.decode("latin-1") for v in record.real], record.client)
-    annotations = f'"{REASON}":"{record.decision.value}","{REPORT_ANNOTATION}":"{record.report}"'
+    if record.forwarded or record.real:
+        forwarded = [ip for value in record.forwarded for ip in value.decode("latin-1").split(",")]
+        ips = _source_ips(forwarded, [v.decode("latin-1") for v in record.real], record.client)
+    else:
+        ips = _source_ips(_NONE, _NONE, record.client)
+    annotations = f'"{REASON}":"{_REASONS[record.decision]}","{REPORT_ANNOTATION}":"{record.report}"'
     if record.front_proxy is not None and record.user is not None and record.user.name != ANONYMOUS:
         annotations += f',"{FRONT_PROXY}":{_quote(redact(_proxy_name(record.front_proxy)))}'
     agent_field = ""
