@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from secure_orca.authn.authenticator import Outcome, Request
 from secure_orca.authn.tokenfile import TokenFile
@@ -22,12 +22,14 @@ from secure_orca.server.http.tls import make_server_context
 from secure_orca.server.metrics import Metrics
 from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.oob import OobService
-from secure_orca.server.proxy import ProxyApp
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler
 from secure_orca.server.trust import TrustService, authority_from
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier
+
+if TYPE_CHECKING:  # imported where a route needs it: httpx is a fifth of serve's start-up
+    from secure_orca.server.proxy import ProxyApp
 
 
 @dataclass
@@ -186,6 +188,8 @@ def build_app(
     inner = backend
     proxy = None
     if config.backend.routes:
+        from secure_orca.server.proxy import ProxyApp
+
         proxy = ProxyApp(
             config.backend.routes, backend, config.backend.proxy_timeout, client_cert=material.proxy_client
         )

@@ -87,19 +87,22 @@ def _machine() -> tuple[Row, Row]:
                     emitted.append(-1 - child)
                     at = 0
             nibble.append((tuple(emitted), at))
-    symbols: dict[tuple[int, ...], bytes] = {}
     rows: list[Row] = [[None] * (_ACCEPTS + 1) for _ in range(dead + 1)]
+    symbols: dict[bytes, bytes] = {}  # one object per distinct emission, shared by every row that makes it
+    # per node reached after a high nibble: the 16 low nibbles' next rows and emissions (C-level slices below)
+    after = [[rows[reached] for _, reached in nibble[m * 16 : m * 16 + 16]] for m in range(dead + 1)]
+    low = [[symbols.setdefault(b, b) for b in map(bytes, (e for e, _ in nibble[m * 16 : m * 16 + 16]))]
+           for m in range(dead + 1)]  # fmt: skip
     for node, row in enumerate(rows):
         emissions: list[bytes] = []
-        for byte in range(256):
-            high, middle = nibble[node * 16 + (byte >> 4)]
-            low, reached = nibble[middle * 16 + (byte & 15)]
-            both = high + low
-            coded = symbols.get(both)
-            if coded is None:
-                coded = symbols[both] = bytes(both)
-            row[byte] = rows[reached]
-            emissions.append(coded)
+        for high in range(16):
+            completed, middle = nibble[node * 16 + high]
+            row[high * 16 : high * 16 + 16] = after[middle]
+            if completed:
+                joined = list(map(bytes(completed).__add__, low[middle]))
+                emissions += map(symbols.setdefault, joined, joined)
+            else:
+                emissions += low[middle]
         depth = padding[node] if node < dead else None
         row[_EMISSIONS] = emissions
         row[_ACCEPTS] = depth is not None and depth <= MAX_PADDING

@@ -41,11 +41,15 @@ class _Field(ctypes.Structure):
 
 
 def _library() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("nghttp2") or "libnghttp2.so.14"
+    """Debian's soname first; ``find_library`` (which runs ``ldconfig -p``) only where that is not it."""
     try:
-        lib = ctypes.CDLL(name)
+        lib = ctypes.CDLL("libnghttp2.so.14")
     except OSError:
-        return None
+        name = ctypes.util.find_library("nghttp2")
+        try:
+            lib = ctypes.CDLL(name or "libnghttp2.so")
+        except OSError:
+            return None
     lib.nghttp2_hd_inflate_new.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
     lib.nghttp2_hd_inflate_new.restype = ctypes.c_int
     lib.nghttp2_hd_inflate_del.argtypes = [ctypes.c_void_p]
