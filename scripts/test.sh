@@ -16,5 +16,5 @@ unset PYTHONDONTWRITEBYTECODE
 # clock-driven reports rather than compute, so one worker per CPU left the CPUs idle 40% of the time (measured:
 # 8 min 56 s with 2 workers on 2 CPUs, 6 min 29 s with 4). Replicas and Envoy bind port 0, files go to tmp_path,
 # the Go helpers are built once under a file lock (secure_orca/lab/gobuild.py); idle workers take tests from busy
-# ones (worksteal), and the longest test starts first (tests/conftest.py).
+# ones (worksteal), and the four longest tests start at once, one per worker (tests/conftest.py).
 .venv/bin/python -m pytest -q -n "$(( 2 * $(nproc) ))" --dist worksteal "$@"

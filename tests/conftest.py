@@ -19,11 +19,31 @@ from tests.replicas import replica_fixture
 from tests.rotating import rig  # noqa: F401  (a live server with credential files to rotate)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``starts_first`` go to the front, the rest keep their order. pytest-xdist's worksteal gives
-    each worker a contiguous share in this order, so the first worker starts the longest test at once and the
-    others take its remaining share from it, instead of the longest test starting last and running alone."""
-    items.sort(key=lambda item: item.get_closest_marker("starts_first") is None)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test marked ``starts_first`` (far longer than the rest) goes to the front of one worker's share, the
+    rest keep their order. pytest-xdist's worksteal hands the workers contiguous shares of this order, split as
+    ``_shares`` splits it, so every marked test starts at once on its own worker, instead of one of them starting
+    last and running alone; idle workers then take the rest of a busy worker's share."""
+    first = [item for item in items if item.get_closest_marker("starts_first")]
+    rest = [item for item in items if not item.get_closest_marker("starts_first")]
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)  # set by pytest-xdist in its workers
+    count = workers if isinstance(workers, int) and workers > 1 else 1
+    ordered: list[pytest.Item] = []
+    for index, size in enumerate(_shares(len(items), count)):
+        head = first[index : index + 1] if index < count - 1 else first[index:]  # the last share takes any extra
+        taken = max(0, size - len(head))
+        ordered += head + rest[:taken]
+        rest = rest[taken:]
+    items[:] = ordered + rest
+
+
+def _shares(count: int, workers: int) -> list[int]:
+    """The sizes of xdist's first shares: each idle worker in turn gets ``len(pending) // workers_remaining``."""
+    sizes = []
+    for remaining in range(workers, 0, -1):
+        sizes.append(count // remaining)
+        count -= sizes[-1]
+    return sizes
 
 
 def load_issued(cert: Path, key: Path) -> pki.Issued:

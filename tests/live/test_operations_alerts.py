@@ -175,6 +175,7 @@ def traffic(
     return False
 
 
+@pytest.mark.starts_first  # about 30 s of Prometheus rule evaluations
 def test_the_documented_alerts_fit_an_out_of_band_load_balancer(
     dev_pki: pki.DevPKI, prometheus_of: Callable[[launch.Replica], Prometheus]
 ) -> None:

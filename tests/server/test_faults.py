@@ -65,6 +65,7 @@ def test_mixed_concurrent_clients_no_leak_no_misattribution(secured_replica, dev
     assert outcomes == Counter({"proxy-with-report": 480, "bypass-clean": 480})
 
 
+@pytest.mark.starts_first  # about 50 s of CPU: started at once on a worker of its own
 def test_soak_memory_is_stable(dev_pki, client_certs) -> None:
     with run_replicas([launch.serve_argv(dev_pki, fp_flags(dev_pki))]) as (replica,):
         pid = replica.process.popen.pid
