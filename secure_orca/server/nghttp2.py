@@ -11,7 +11,9 @@ serves every connection.
 ``huffman(coded)`` returns the decoded octets, or None when nghttp2 is not installed or refuses the string;
 the caller then decodes in Python, which gives hpack's own verdict and message. Below ``LONG`` coded bytes the
 call's fixed cost (about 3 us) is more than Python's, so short strings never come here.
-``tests/server/test_huffman.py`` holds nghttp2's verdicts to hpack's on every input it tries.
+``tests/server/test_huffman.py`` holds nghttp2's verdicts to hpack's on every input it tries. The API used
+(``nghttp2_hd_inflate_new``, ``_hd2``, ``_end_headers``, ``_del``; ``nghttp2_nv``) is that of nghttp2 1.52.0,
+Debian 12's ``libnghttp2-14``; ``_hd2`` is kept by later versions beside ``_hd3``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import threading
 from hpack.hpack import encode_integer
 
 LONG = 256  # coded bytes from which nghttp2 decodes faster than Python, call included (measured: 3 us a call)
-MAX_CODED = 65536  # nghttp2 refuses a longer field (NGHTTP2_HD_MAX_NV); Python decodes it, h2's limits then apply
+MAX_CODED = 65536  # nghttp2 refuses a longer string (1.52: 65,536 coded bytes decode, 65,537 do not); Python decodes it
 _LITERAL_NEW_NAME = b"\x00\x00"  # literal header field without indexing, new name of length 0
 _EMIT, _FINAL = 0x02, 0x01  # nghttp2_hd_inflate_flag
 
