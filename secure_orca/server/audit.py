@@ -35,7 +35,6 @@ import collections
 import contextlib
 import logging
 import operator
-import queue
 import sys
 import threading
 import time
@@ -143,7 +142,6 @@ class AuditLog:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drop_logged = -DROP_LOG_INTERVAL
         self._stop = threading.Event()
-        self._kick: queue.SimpleQueue[None] = queue.SimpleQueue()  # the loop queued into an empty queue, or stop
         self._thread: threading.Thread | None = None
 
     @property
@@ -163,8 +161,6 @@ class AuditLog:
     def _append(self, record: AuditRecord) -> None:
         self.added_bytes += record.size  # before the writer can see it: the count never goes below zero
         self.queue.append(record)
-        if len(self.queue) == 1 and self.relay is None:  # the writer may be asleep: wake it (a spare kick costs
-            self._kick.put_nowait(None)  # it one empty drain; at most one is spare per drain)
 
     def submit(self, record: AuditRecord) -> bool:
         """Queue ``record`` now or drop it (counted); never waits. Called on the event loop."""
@@ -184,8 +180,6 @@ class AuditLog:
         if not self._waiters and (not queued or (len(self.queue) < self.limit and queued + size <= self.max_bytes)):
             self.added_bytes += size  # ``_append``, inline: this is every audited request's path
             self.queue.append(record)
-            if len(self.queue) == 1 and self.relay is None:
-                self._kick.put_nowait(None)
             return True
         if self.mode == BATCH:
             self._drop()
@@ -277,17 +271,9 @@ class AuditLog:
         return len(records)
 
     def _run(self) -> None:
-        """Asleep until the loop queues into an empty queue (no wake-ups while idle); then ``period`` for a batch
-        to gather, and every queued event written. Stop wakes it for a last drain. With a relay (serve
-        --workers) it wakes every ``period`` instead: the writer process's counts and state arrive by polling."""
-        while not self._stop.is_set():
-            if self.relay is None:
-                self._kick.get()
-                if not self._stop.is_set():
-                    time.sleep(self.period)
-            else:
-                self._stop.wait(self.period)
+        while not self._stop.wait(self.period):
             self._drain_safely()
+        self._drain_safely()
 
     def _drain_safely(self) -> None:
         try:
@@ -304,7 +290,6 @@ class AuditLog:
 
     def stop(self) -> None:
         self._stop.set()
-        self._kick.put_nowait(None)
         if self._thread is not None:
             self._thread.join(timeout=5)
         close = getattr(self.sink, "close", None)
