@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.common import BenchPKI, variants_arguments, variants_per_request
+from benchmarks.common import BenchPKI, print_variants, variants_arguments, variants_per_request
 from secure_orca.lab import instrcount
 
 
@@ -28,12 +28,7 @@ def run(workdir: Path, requests: int, baseline: int, repeats: int) -> dict[str, 
 def main(argv: Sequence[str] | None = None) -> None:
     args = variants_arguments("benchmarks.audit_cost", __doc__ or "", "secure-orca-audit-instr", 1, argv)
     counted = run(args.output, args.requests, args.baseline, args.repeats)
-    print("| request | audit off (instr/request) | audit on | on / off |")
-    print("|---|---|---|---|")
-    for key in ("front-proxy", "no-opt-in"):
-        off, on = counted[f"off/{key}"], counted[f"on/{key}"]
-        median, low, high = instrcount.ratio_range(on, off)
-        print(f"| {key} | {off.median:,.0f} | {on.median:,.0f} | {median:.4f} [{low:.4f}, {high:.4f}] |")
+    print_variants(counted, ("off", "audit off"), ("on", "audit on"), "on / off")
 
 
 if __name__ == "__main__":

@@ -288,6 +288,20 @@ def variants_per_request(
     }
 
 
+def print_variants(
+    counted: dict[str, instrcount.Counted], base: tuple[str, str], other: tuple[str, str], ratio: str
+) -> None:
+    """The Markdown table of a two-variant ``variants_per_request`` run: per request kind, the instructions per
+    request of ``base`` and ``other`` (each a variant's key and its column title) and ``ratio``, other / base:
+    median [min, max] over the memory layouts."""
+    print(f"| request | {base[1]} (instr/request) | {other[1]} | {ratio} |")
+    print("|---|---|---|---|")
+    for key in ("front-proxy", "no-opt-in"):
+        low_side, high_side = counted[f"{base[0]}/{key}"], counted[f"{other[0]}/{key}"]
+        median, low, high = instrcount.ratio_range(high_side, low_side)
+        print(f"| {key} | {low_side.median:,.0f} | {high_side.median:,.0f} | {median:.4f} [{low:.4f}, {high:.4f}] |")
+
+
 def variants_arguments(
     prog: str, doc: str, output: str, repeats: int, argv: Sequence[str] | None
 ) -> argparse.Namespace:

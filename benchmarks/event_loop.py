@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from benchmarks.common import BenchPKI, variants_arguments, variants_per_request
-from secure_orca.lab import instrcount
+from benchmarks.common import BenchPKI, print_variants, variants_arguments, variants_per_request
 
 LOOPS = ("asyncio", "uvloop")
 
@@ -21,12 +20,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     variants = {loop: ["--event-loop", loop] for loop in LOOPS}
     bench = BenchPKI.create(args.output / "pki")
     counted = variants_per_request(bench, args.output, variants, args.requests, args.baseline, args.repeats)
-    print("| request | asyncio (instr/request) | uvloop | uvloop / asyncio, median [min, max] over layouts |")
-    print("|---|---|---|---|")
-    for key in ("front-proxy", "no-opt-in"):
-        plain, fast = counted[f"asyncio/{key}"], counted[f"uvloop/{key}"]
-        median, low, high = instrcount.ratio_range(fast, plain)
-        print(f"| {key} | {plain.median:,.0f} | {fast.median:,.0f} | {median:.4f} [{low:.4f}, {high:.4f}] |")
+    ratio = "uvloop / asyncio, median [min, max] over layouts"
+    print_variants(counted, ("asyncio", "asyncio"), ("uvloop", "uvloop"), ratio)
 
 
 if __name__ == "__main__":
