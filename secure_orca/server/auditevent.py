@@ -17,7 +17,7 @@ from cryptography import x509
 
 from secure_orca.authn.user import ANONYMOUS, UserInfo
 from secure_orca.authz.reasons import Reason
-from secure_orca.orca.headers import OPTIN_BYTES, REPORT
+from secure_orca.orca.headers import OPTIN_BYTES, OPTIN_SPELLINGS, REPORT
 from secure_orca.server.asgi import Scope
 from secure_orca.server.redaction import Redactor, presented
 from secure_orca.x509.chainverifier import common_name
@@ -33,7 +33,6 @@ _REPORT_NAME = REPORT.encode()
 _USER_AGENT, _AUTHORIZATION = b"user-agent", b"authorization"
 _FORWARDED_FOR, _REAL_IP = b"x-forwarded-for", b"x-real-ip"
 _AUDIT_ID = b"audit-id"
-_OPTIN_UNDERSCORE = OPTIN_BYTES.replace(b"-", b"_")  # kept too: a secret presented in it is redacted
 
 
 class AuditRecord:
@@ -64,7 +63,9 @@ class AuditRecord:
             self.forwarded = [value for name, value in headers if name == _FORWARDED_FOR]
             self.real = [value for name, value in headers if name == _REAL_IP]
         authorization = first.get(_AUTHORIZATION)
-        opt_in = first.get(OPTIN_BYTES, first.get(_OPTIN_UNDERSCORE))
+        opt_in = first.get(OPTIN_BYTES)
+        if opt_in is None and not OPTIN_SPELLINGS.isdisjoint(first):  # the middleware's rule: any spelling
+            opt_in = next(value for name, value in headers if name in OPTIN_SPELLINGS)
         if authorization is not None or (opt_in is not None and opt_in.find(b";") >= 0):  # else nothing presented
             self.presented = presented(authorization, opt_in)
         if self.forwarded or self.real or self.presented:

@@ -11,7 +11,6 @@ when the feature is on and the policy grants it (first, so the server's HTTP/2 c
 from __future__ import annotations
 
 import hmac
-import itertools
 import time
 from collections.abc import Callable
 
@@ -20,7 +19,9 @@ from secure_orca.authz.memo import FOREVER, ConnectionMemo, at
 from secure_orca.authz.policy import DECISIONS, Decision
 from secure_orca.authz.reasons import Reason
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
+from secure_orca.orca.headers import OPTIN_SPELLINGS as _OPTIN_SPELLINGS
 from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
+from secure_orca.orca.headers import spellings
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
 from secure_orca.server.audit import AUDIT_KEY
 from secure_orca.server.sampler import Sampler
@@ -31,17 +32,6 @@ NO_OPT_IN = DECISIONS[Reason.NO_OPT_IN]
 ATTACH_MODES = ("every-response", "once-per-sample")
 
 
-def spellings(name: bytes) -> frozenset[bytes]:
-    """``name`` with each ``-`` kept or written ``_``: how a server that maps ``_`` to ``-`` (CGI, WSGI, some
-    proxies) could read a header. Precomputed, so the request path pays one set lookup per header."""
-    parts = name.split(b"-")
-    return frozenset(
-        parts[0] + b"".join(sep + part for sep, part in zip(seps, parts[1:], strict=True))
-        for seps in itertools.product((b"-", b"_"), repeat=len(parts) - 1)
-    )
-
-
-_OPTIN_SPELLINGS = spellings(OPTIN)
 _ORCA_SPELLINGS = frozenset().union(*(spellings(name) for name in _ORCA))
 
 

@@ -144,6 +144,16 @@ def test_a_presented_credential_is_redacted_everywhere_even_when_unknown(where: 
     assert SECRET not in text
 
 
+@pytest.mark.parametrize("name", [b"endpoint-load-metrics-request", b"endpoint_load_metrics_request",
+                                  b"endpoint_load-metrics-request", b"endpoint-load-metrics_request"])  # fmt: skip
+def test_a_secret_presented_in_any_opt_in_spelling_is_redacted(name: bytes) -> None:
+    """The middleware reads every spelling of the opt-in (each ``-`` kept or written ``_``) as one and strips
+    them all; the record takes its presented secret from the same set."""
+    headers = [(name, f"TEXT; secret={SECRET}".encode()), (b"user-agent", SECRET.encode())]
+    text = json.dumps(audit.event(_record("/" + SECRET, b"t=" + SECRET.encode(), headers)))
+    assert SECRET not in text
+
+
 class _FullDisk:
     def __init__(self) -> None:
         self.full = True
