@@ -125,6 +125,11 @@ SCRIPTS = {
     "handshake-cost": Script(
         "handshakes", "Server CPU per TLS handshake, by key exchange and signature scheme", ("5", "1")
     ),
+    "header-block-flood": Script(
+        "header_block_flood",
+        "Server CPU of a header block of HPACK size updates, and a bystander's worst latency meanwhile",
+        ("--rounds", "1", "--requests", "3", "--samples", "10"),
+    ),
     "header-field-cost": Script(
         "hpack_field_cost", "What one more response header field costs h2 and hpack", None, CALLGRIND
     ),

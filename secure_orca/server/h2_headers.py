@@ -16,24 +16,36 @@ sample; only report values are kept, so a per-response value such as ``audit-id`
 The table is bounded (``MAX_TABLE_SIZE``, whatever a client announces) and every size change is signalled, also
 when hpack 4.2 would drop one (``IndexedEncoder.header_table_size``).
 
+Inbound, every header block is bounded before it is decoded (issue 36): ``HeaderBlockBuffer`` refuses a block
+whose fragments (HEADERS or PUSH_PROMISE, then CONTINUATION) pass ``max_encoded_block`` as they arrive, and
+``TableDecoder`` refuses a block that starts with more than two dynamic table size updates. The refusals are
+connection errors (h2 sends GOAWAY), counted in ``REFUSED_BLOCKS``.
+
 Relies on hpack 4.x's ``Encoder`` (``header_table``, ``huffman_coder``, ``add``, ``_encode_indexed``,
 ``table_size_changes``, ``encode`` emitting the changes while ``header_table.resized``) and
 ``HeaderTable`` (``dynamic_entries``, ``_current_size``, ``_maxsize``, ``add``, ``_shrink``, ``maxsize``,
-``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/server/test_h2_headers.py``.
+``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/server/test_h2_headers.py``; on
+hpack's ``Decoder._update_encoding_context`` (one call per size update) and h2 4.x's ``FrameBuffer``
+(``_update_header_buffer`` sees every frame, ``_headers_buffer`` holds the open block's frames), checked in
+``tests/hostile/test_header_block_bounds.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 from h2.config import H2Configuration
-from h2.exceptions import ProtocolError
+from h2.errors import ErrorCodes
+from h2.exceptions import DenialOfServiceError, ProtocolError
+from h2.frame_buffer import FrameBuffer
 from h2.utilities import HeaderValidationFlags, normalize_outbound_headers, validate_outbound_headers
 from hpack import Decoder, Encoder, HPACKDecodingError
 from hpack.hpack import decode_integer, encode_integer
 from hpack.struct import HeaderTuple, NeverIndexedHeaderTuple
 from hpack.table import HeaderTable, table_entry_size
+from hyperframe.frame import ContinuationFrame, Frame, HeadersFrame, PushPromiseFrame
 
 from secure_orca.orca.headers import REPORT
 from secure_orca.server import nghttp2
@@ -47,6 +59,12 @@ _HUFFMAN = 0x80
 _INDEXED = [bytes((0x80 | index,)) for index in range(127)]  # indexed field representations of one byte
 MAX_TABLE_SIZE = 4096  # bytes of dynamic table per connection, whatever a client announces (RFC 7541 4.2)
 KEPT = 4  # report values whose Huffman coding, and report fields whose h2 check, are kept (one per sample)
+ENCODED_PER_LISTED = 2  # encoded block bytes per byte of header-list limit (Go's x/net/http2 since CVE-2023-45288)
+MAX_SIZE_UPDATES = 2  # at the start of a block (RFC 7541 section 4.2); hpack's loop allowed any number
+TOO_LARGE = "encoded_block_too_large"
+TOO_MANY_SIZE_UPDATES = "too_many_size_updates"
+# header blocks refused in this process, by reason (read by ``metrics`` at scrape time)
+REFUSED_BLOCKS: Counter[str] = Counter(dict.fromkeys((TOO_LARGE, TOO_MANY_SIZE_UPDATES), 0))
 
 V = TypeVar("V")
 
@@ -198,6 +216,48 @@ class IndexedEncoder(Encoder):
         return prefix + coded
 
 
+def max_encoded_block(max_header_list_size: int) -> int:
+    """The largest encoded header block (HEADERS and CONTINUATION fragments together) the server decodes: twice
+    its header-list limit. Every representation but a size update adds at least 32 bytes to the header list
+    (RFC 7541 section 4.1) in one to a few octets, so a conforming encoder needs more than twice the limit only for
+    strings whose Huffman code is longer than the string, which no encoder that picks the shorter coding sends."""
+    return ENCODED_PER_LISTED * max_header_list_size
+
+
+class EncodedBlockTooLarge(DenialOfServiceError):
+    """A header block's fragments passed ``max_encoded_block``: a connection error, ENHANCE_YOUR_CALM."""
+
+
+class TooManySizeUpdates(ProtocolError):
+    """More than ``MAX_SIZE_UPDATES`` size updates start a header block: a connection error, COMPRESSION_ERROR
+    (RFC 9113 section 4.3)."""
+
+    error_code = ErrorCodes.COMPRESSION_ERROR
+
+
+class HeaderBlockBuffer(FrameBuffer):
+    """h2's frame buffer of a server connection, refusing a header block once its fragments pass
+    ``max_encoded_block(header_list_limit())``, frame by frame as they arrive, before any of it is decoded or
+    joined (Go refuses a fragment larger than twice the header-list budget left, golang/net ba872109,
+    ``Framer.readMetaFrame``; here the bound is on the whole block, since h2 decodes it whole). A lone HEADERS
+    frame is bounded too."""
+
+    def __init__(self, header_list_limit: Callable[[], int]) -> None:
+        super().__init__(server=True)
+        self._header_list_limit = header_list_limit
+        self._held = 0  # fragment bytes of the open block
+
+    def _update_header_buffer(self, f: Frame | None) -> Frame | None:
+        if isinstance(f, (HeadersFrame, PushPromiseFrame, ContinuationFrame)):
+            held = len(f.data) + (self._held if self._headers_buffer else 0)
+            bound = max_encoded_block(self._header_list_limit())
+            if held > bound:
+                REFUSED_BLOCKS[TOO_LARGE] += 1
+                raise EncodedBlockTooLarge(f"header block fragments past {bound} bytes")
+            self._held = held
+        return super()._update_header_buffer(f)
+
+
 class TableDecoder(Decoder):
     """hpack's decoder with ``huffman.decode_huffman`` (a byte-wise table, C-level passes) for its per-nibble
     Python loop (nghttp2's decoder, ``nghttp2.huffman``, for strings of ``nghttp2.LONG`` coded bytes or more),
@@ -209,7 +269,26 @@ class TableDecoder(Decoder):
     field as hpack's does (RFC 7541 section 6.2): the name indexed (a 6-bit prefix if the field is indexed, else
     4) or a string literal, then the value's string literal; the same errors (``decode_integer``'s, "Truncated
     header block", the table's for a bad index, the Huffman decoder's), the same tuple types, the same table
-    update. hpack's debug log line per field is not written."""
+    update. hpack's debug log line per field is not written.
+
+    ``_update_encoding_context`` (hpack's, per size update) refuses a third size update in a block
+    (``TooManySizeUpdates``); hpack refuses one after a field. A block then holds at most two representations
+    that add nothing to the header list, whose limit bounds the rest: the work per block is linear in the limit.
+    Go's hpack takes any number at the start of a block, each in a few nanoseconds; hpack's loop takes about a
+    microsecond each."""
+
+    _size_updates = 0  # in the block being decoded
+
+    def decode(self, data: bytes, raw: bool = False) -> Iterable[HeaderTuple]:
+        self._size_updates = 0
+        return super().decode(data, raw)
+
+    def _update_encoding_context(self, data: bytes | memoryview) -> int:
+        self._size_updates += 1
+        if self._size_updates > MAX_SIZE_UPDATES:
+            REFUSED_BLOCKS[TOO_MANY_SIZE_UPDATES] += 1
+            raise TooManySizeUpdates(f"more than {MAX_SIZE_UPDATES} dynamic table size updates in a header block")
+        return super()._update_encoding_context(data)
 
     def _decode_literal(self, data: bytes | memoryview, should_index: bool) -> tuple[HeaderTuple, int]:
         first = data[0]

@@ -27,6 +27,7 @@ from secure_orca.authz.reasons import Reason
 from secure_orca.authz.streams import Kind
 from secure_orca.errors import FlagError
 from secure_orca.server.audit import AuditLog
+from secure_orca.server.h2_headers import REFUSED_BLOCKS
 from secure_orca.server.oob import OobService
 from secure_orca.server.sampler import Sampler
 
@@ -66,6 +67,21 @@ class _SamplerCollector(Collector):
             ("secure_orca_front_proxy_verifications", self.verifications(), "Client chains verified."),
         ):
             yield CounterMetricFamily(name, doc, value=value)
+
+
+class _HeaderBlockCollector(Collector):
+    """Inbound HTTP/2 header blocks refused before or while decoding (``h2_headers.REFUSED_BLOCKS``), each
+    ending its connection; every reason from the start."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        refused = CounterMetricFamily(
+            "secure_orca_h2_header_blocks_refused",
+            "HTTP/2 header blocks refused, ending their connection with GOAWAY, by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(REFUSED_BLOCKS.items()):
+            refused.add_metric([reason], count)
+        yield refused
 
 
 class _AuditCollector(Collector):
@@ -175,6 +191,7 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_SamplerCollector(sampler, verifications))
+        self.registry.register(_HeaderBlockCollector())
         attempts = Counter(
             "authentication_attempts", "Counter of authenticated attempts.", ["result"], registry=self.registry
         )

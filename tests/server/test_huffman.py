@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from secure_orca.server import nghttp2
-from secure_orca.server.h2_headers import TableDecoder, table_decoder
+from secure_orca.server.h2_headers import MAX_SIZE_UPDATES, TableDecoder, TooManySizeUpdates, table_decoder
 from secure_orca.server.http.connection import GatewayH2Connection
 from secure_orca.server.huffman import EOS, decode_huffman
 
@@ -140,8 +140,28 @@ def test_any_coded_text_spoilt_or_not(raw: bytes, tail: bytes, cut: int) -> None
 def decoded(decoder: hpack.Decoder, block: bytes) -> tuple[str, object]:
     try:
         return "ok", [(type(h).__name__, h[0], h[1]) for h in decoder.decode(block, raw=True)]
-    except (hpack.HPACKError, IndexError, TypeError, UnicodeDecodeError) as error:
+    except (hpack.HPACKError, IndexError, TypeError, UnicodeDecodeError, TooManySizeUpdates) as error:
         return "refused", type(error).__name__
+
+
+class CountingDecoder(hpack.Decoder):
+    """hpack's decoder, counting the size updates it applies (``updates``)."""
+
+    updates = 0
+
+    def _update_encoding_context(self, data: bytes | memoryview) -> int:
+        self.updates += 1
+        return super()._update_encoding_context(data)
+
+
+def same_as_hpack(data: bytes) -> None:
+    """The table decoder answers as hpack does, but refuses where hpack applied more than ``MAX_SIZE_UPDATES``
+    size updates (RFC 7541 section 4.2); hpack applies them all before any later error."""
+    reference = CountingDecoder()
+    expected = decoded(reference, data)
+    if reference.updates > MAX_SIZE_UPDATES:
+        expected = ("refused", "TooManySizeUpdates")
+    assert decoded(TableDecoder(), data) == expected, data
 
 
 FIELDS = [
@@ -193,7 +213,12 @@ def test_the_table_decoder_decodes_as_hpack(seed: int) -> None:
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=80))
 def test_any_block(data: bytes) -> None:
-    assert decoded(TableDecoder(), data) == decoded(hpack.Decoder(), data)
+    same_as_hpack(data)
+
+
+@pytest.mark.parametrize("updates", [0, 1, 2, 3, 64])
+def test_size_updates_start_a_block_at_most_twice(updates: int) -> None:
+    same_as_hpack(b"\x3f\xe1\x1f" * updates + hpack.Encoder().encode([(b":path", b"/")]))  # each to 4096
 
 
 def test_table_decoder_keeps_h2s_limits() -> None:

@@ -12,6 +12,7 @@ import h2.settings
 
 from secure_orca.server.h2_headers import (
     REPORT_FIELD_NAME,
+    HeaderBlockBuffer,
     IndexedEncoder,
     indexed_encoder,
     passes_unchanged,
@@ -31,7 +32,10 @@ class GatewayH2Connection(h2.connection.H2Connection):
     - the encoder is ``IndexedEncoder`` (``server/h2_headers.py``): hpack's bytes, found without scanning the
       table, installed before the first block (the peer's decoder mirrors the table from the start); the
       decoder is ``TableDecoder`` (the same module): hpack's, with its Huffman strings decoded by a byte-wise
-      table (``server/huffman.py``) instead of a Python loop per nibble, installed before the first block;
+      table (``server/huffman.py``) instead of a Python loop per nibble, installed before the first block; every
+      inbound header block is bounded before it is decoded (``HeaderBlockBuffer``, its fragments at most twice
+      the header-list limit; at most two size updates at its start, ``TableDecoder``), else the connection ends
+      with GOAWAY;
     - ``send_headers`` recognises two kinds of response block by the first field after ``:status``:
 
       - the carried report (the middleware puts it there): the block is sent without it through h2, and the
@@ -55,6 +59,7 @@ class GatewayH2Connection(h2.connection.H2Connection):
             self.local_settings = local_settings
         self.encoder = indexed_encoder(self.encoder)
         self.decoder = table_decoder(self.decoder)
+        self.incoming_buffer = HeaderBlockBuffer(lambda: self.decoder.max_header_list_size)
         self._carried: dict[tuple[bytes, bytes], bool] = {}  # report field -> passes_unchanged (a few)
 
     def send_headers(
