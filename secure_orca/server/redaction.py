@@ -1,7 +1,8 @@
 """Redaction of credentials in audit events, with bounded work per event whatever the client sends: the
 configured secrets and tokens are one precompiled matcher, a client's own credential is what kube's parsing takes
 (``Authorization``: the scheme, then one token; the opt-in's secret), and every string is matched on its
-percent-decoded form, so that no spelling of a credential is written (server.audit writes the events)."""
+percent-decoded form and, when it holds a ``%``, on itself, so that no spelling of a credential is written:
+literal, percent-encoded, or both (a credential may hold a ``%`` of its own; server.audit writes the events)."""
 
 from __future__ import annotations
 
@@ -45,9 +46,21 @@ def _fold(text: str) -> str:
 
 
 _HEX = {a + b: chr(int(a + b, 16)) for a in "0123456789abcdefABCDEF" for b in "0123456789abcdefABCDEF"}
+_ESCAPE = re.compile("%[0-9A-Fa-f]{2}")
 
 
-_NO_ESCAPES: list[int] = []
+def _expression(form: str) -> str:
+    """The regular expression of a configured value's folded view: each escape in it (``%41``) matches as written
+    or as what it encodes (``A``), so the value is found in a decoded text whichever of its characters the
+    client escaped, its own escapes included."""
+    parts: list[str] = []
+    last = 0
+    for escape in _ESCAPE.finditer(form):
+        char = _fold(_HEX[escape.group()[1:]])
+        parts += (re.escape(form[last : escape.start()]), f"(?:{re.escape(escape.group())}|{re.escape(char)})")
+        last = escape.end()
+    parts.append(re.escape(form[last:]))
+    return "".join(parts)
 
 
 def _decode(view: str) -> tuple[str, list[int]]:
@@ -72,13 +85,15 @@ def _decode(view: str) -> tuple[str, list[int]]:
 class Redactor:
     """Replaces every configured credential, and the few a client presented, in any percent-encoding of it.
 
-    One regular expression over the configured values, compiled once; each string is matched on its decoded form
-    (``_decode``, spaces folded to ``+``) and a match is redacted over the span of the original that spelled it.
-    Per string: one search of the expression and one substring search per presented value (at most two)."""
+    One regular expression over the configured values (``_expression``), compiled once; each string is matched on
+    its decoded form (``_decode``, spaces folded to ``+``), a match redacted over the span of the original that
+    spelled it, and a string with a ``%`` also on itself (a value sent literally: its own ``%41`` became ``A`` in
+    the decoded form, and a stray ``%`` before it takes its first hex digits). Per string: at most two searches
+    of the expression and two substring searches per presented value (at most two)."""
 
     def __init__(self, values: Iterable[str] = ()) -> None:
-        forms = {_fold(_view(v)) for v in values if v}
-        self.pattern = re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True)))) if forms else None
+        forms = sorted({_fold(_view(v)) for v in values if v}, key=len, reverse=True)
+        self.pattern = re.compile("|".join(map(_expression, forms))) if forms else None
 
     def __call__(self, text: str, presented: tuple[str, ...] = ()) -> str:
         if not presented and text.isascii() and "%" not in text and " " not in text:  # the common case
@@ -98,30 +113,19 @@ class Redactor:
         plain = not presented and "%" not in view and " " not in view
         if plain and (pattern is None or pattern.search(view) is None):  # the common case: one search
             return view
-        if "%" in view:
-            decoded, escapes = _decode(view)
+        if "%" not in view:
+            spans = self._spans(_fold(view), presented)
         else:
-            decoded, escapes = view, _NO_ESCAPES
-        if " " in decoded:
-            decoded = decoded.replace(" ", "+")  # ``_fold``
-        first = pattern.search(decoded) if pattern is not None else None
-        if first is None and not presented:
-            return view
-        spans = []
-        if pattern is not None and first is not None:
-            spans = [m.span() for m in pattern.finditer(decoded, first.start())]
-        for value in presented:
-            value = _fold(value)
-            start = decoded.find(value)
-            while start >= 0:
-                spans.append((start, start + len(value)))
-                start = decoded.find(value, start + len(value))
+            decoded, escapes = _decode(view)
+            spans = [
+                (_raw(start, escapes), _raw(end, escapes)) for start, end in self._spans(_fold(decoded), presented)
+            ]
+            spans += self._spans(_fold(view), presented)  # spelled literally, its own ``%`` and all
         if not spans:
             return view
         out: list[str] = []
         last = 0
         for start, end in sorted(spans):
-            start, end = _raw(start, escapes), _raw(end, escapes)
             if start < last:  # overlaps the previous match: one redaction covers both
                 last = max(last, end)
                 continue
@@ -129,6 +133,18 @@ class Redactor:
             last = end
         out.append(view[last:])
         return "".join(out)
+
+    def _spans(self, text: str, presented: tuple[str, ...]) -> list[tuple[int, int]]:
+        """Where the configured values and the presented ones are in ``text`` (folded)."""
+        pattern = self.pattern
+        spans = [m.span() for m in pattern.finditer(text)] if pattern is not None else []
+        for value in presented:
+            value = _fold(value)
+            start = text.find(value)
+            while start >= 0:
+                spans.append((start, start + len(value)))
+                start = text.find(value, start + len(value))
+        return spans
 
 
 def _raw(index: int, escapes: list[int]) -> int:
