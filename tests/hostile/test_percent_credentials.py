@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import string
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -17,7 +18,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from secure_orca import pki
+from secure_orca.lab import replicas as launch
 from secure_orca.server import audit
+from tests.replicas import run_replicas
+from tests.rotating import eventually
+
+from ..conftest import fp_flags
+from .wire import h1_get, h1_status, write_private
 
 TOKEN = "tok%41en-31ad%2Fq+z"  # two escapes in it, and a plus
 OTHER = "another-Configured+token"
@@ -101,3 +109,23 @@ def test_every_spelling_of_a_token_with_a_percent_is_redacted(placed: tuple[str,
         return
     written = _written(record, (token, OTHER))
     assert spelled not in written and token not in written
+
+
+def test_a_live_server_writes_no_spelling_of_a_token_with_a_percent(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
+    """A real ``serve`` with the token in its ``--token-auth-file``: the token authenticates when sent as it is
+    configured, and no spelling of it, sent in the query, the User-Agent and the Authorization, is in the log."""
+    tokens = write_private(tmp_path / "tokens.csv", f'{TOKEN},jane,1001,"dev"\n'.encode())
+    log = tmp_path / "audit" / "audit.log"
+    argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--token-auth-file", str(tokens), "--audit-log-path",
+                                       str(log)])  # fmt: skip
+    with run_replicas([argv]) as (replica,):
+        statuses = []
+        for spelled in SPELLINGS.values():
+            headers = (f"User-Agent: curl/8 {spelled}", f"Authorization: Bearer {spelled}")
+            statuses.append(h1_status(h1_get(replica, dev_pki, f"/version?a=1&t={spelled}&b=2", *headers)))
+        eventually(lambda: log.exists() and len(log.read_text().splitlines()) >= len(SPELLINGS), "audit events")
+    assert statuses[0] == 200  # the literal token is the configured one: it authenticates
+    text = log.read_text()
+    assert [json.loads(line)["user"].get("username") for line in text.splitlines()][:1] == ["jane"]
+    for spelled in (*SPELLINGS.values(), TOKEN):
+        assert spelled not in text
