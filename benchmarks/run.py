@@ -125,6 +125,12 @@ SCRIPTS = {
     "handshake-cost": Script(
         "handshakes", "Server CPU per TLS handshake, by key exchange and signature scheme", ("5", "1")
     ),
+    "header-block-cost": Script(
+        "header_block_cost",
+        "What one inbound header block costs the HTTP/2 connection, in instructions",
+        None,
+        CALLGRIND,
+    ),
     "header-block-flood": Script(
         "header_block_flood",
         "Server CPU of a header block of HPACK size updates, and a bystander's worst latency meanwhile",
