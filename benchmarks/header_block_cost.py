@@ -6,30 +6,30 @@ server: the 1 MiB block of HPACK size updates against a legal 60,000-character v
 A fresh ``GatewayH2Connection`` per block, after the client's preface, is given the block's frames
 (``benchmarks.header_block_flood``) in reads of 64 KiB, as hypercorn reads a socket, until it has them all or
 refuses the connection; the TLS that carries them is not counted. Per block: a window of N connections minus a
-window of M, less the same for connections that get the preface alone.
+window of M (the collector off, a collection before each window), less the same for connections that get the
+preface alone.
 """
 
 from __future__ import annotations
 
-import ctypes
-import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-LONG, SHORT = 3, 1  # connections per window
+LONG, SHORT = 5, 1  # connections per window
 READ = 65_536  # bytes per read (hypercorn's MAX_RECV)
 
 
 def _child(marks_path: str) -> None:
+    import gc
+
     import h2.exceptions
 
     from secure_orca.h2client import client_connection
     from secure_orca.server.http.connection import GatewayH2Connection
 
     from .header_block_flood import frames, legal_block, size_update_flood
+    from .instructions import count_windows
 
-    marks = ctypes.CDLL(marks_path)
     client = client_connection()
     client.initiate_connection()
     preface = client.data_to_send()
@@ -57,37 +57,18 @@ def _child(marks_path: str) -> None:
     }
     for name, call in cases.items():
         print(f"{name}: {call()}", file=sys.stderr)
-    marks.marks_start()
-    for name, call in cases.items():
-        for count in (SHORT, LONG):
-            marks.marks_zero()
-            for _ in range(count):
-                call()
-            marks.marks_dump(f"{name},{count}".encode())
+    gc.disable()  # a collection inside one window and not the other would be counted as the block's
+    count_windows(marks_path, cases, (SHORT, LONG), gc.collect)
 
 
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         _child(sys.argv[2])
         return 0
-    from secure_orca.lab import instrcount
+    from .instructions import windows_of_child
 
-    from .instructions import build_marks, dumps_by_label
-
-    missing = instrcount.valgrind_available(marks=True)
-    if missing:
-        print(f"cannot count instructions: {missing}", file=sys.stderr)
-        return 2
-    workdir = Path("/tmp/secure-orca-header-block")
-    workdir.mkdir(exist_ok=True)
-    for old in workdir.glob("block.*"):
-        old.unlink()
-    marks = build_marks(workdir)
-    command = [*instrcount.VALGRIND, f"--callgrind-out-file={workdir}/block.%p"]
-    command += [sys.executable, "-m", "benchmarks.header_block_cost", "--child", str(marks)]
-    done = subprocess.run(command, env=instrcount.pinned_env(0), check=True, capture_output=True, timeout=3000)
-    outcomes = dict(line.split(": ", 1) for line in done.stderr.decode().splitlines() if line.count(": ") == 1)
-    totals = {k: instrcount.dump_total(p) for k, p in dumps_by_label(workdir, "block").items() if "," in k}
+    totals, stderr = windows_of_child("benchmarks.header_block_cost", "block", 3000)
+    outcomes = dict(line.split(": ", 1) for line in stderr.splitlines() if line.count(": ") == 1)
     per = {
         n: (totals[f"{n},{LONG}"] - totals[f"{n},{SHORT}"]) / (LONG - SHORT)
         for n in outcomes

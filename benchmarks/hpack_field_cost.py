@@ -12,13 +12,10 @@ a window of N encodings minus a window of M, as in ``benchmarks/instructions.py`
 
 from __future__ import annotations
 
-import ctypes
 import random
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 REPORT = (
     b"endpoint-load-metrics",
@@ -36,7 +33,6 @@ def _child(marks_path: str) -> None:
 
     from secure_orca.server.h2_headers import IndexedEncoder
 
-    marks = ctypes.CDLL(marks_path)
     uuids = random.Random(0)
     flags = HeaderValidationFlags(is_client=False, is_trailer=False, is_response_header=True, is_push_promise=False)
 
@@ -83,37 +79,18 @@ def _child(marks_path: str) -> None:
     for call in cases.values():
         for _ in range(SHORT):
             call()
-    marks.marks_start()
-    for name, call in cases.items():
-        for count in (SHORT, LONG):
-            uuids.seed(0)
-            marks.marks_zero()
-            for _ in range(count):
-                call()
-            marks.marks_dump(f"{name},{count}".encode())
+    from .instructions import count_windows
+
+    count_windows(marks_path, cases, (SHORT, LONG), lambda: uuids.seed(0))
 
 
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         _child(sys.argv[2])
         return 0
-    from secure_orca.lab import instrcount
+    from .instructions import windows_of_child
 
-    from .instructions import build_marks, dumps_by_label
-
-    missing = instrcount.valgrind_available(marks=True)
-    if missing:
-        print(f"cannot count instructions: {missing}", file=sys.stderr)
-        return 2
-    workdir = Path("/tmp/secure-orca-hpack-field")
-    workdir.mkdir(exist_ok=True)
-    for old in workdir.glob("field.*"):
-        old.unlink()
-    marks = build_marks(workdir)
-    command = [*instrcount.VALGRIND, f"--callgrind-out-file={workdir}/field.%p"]
-    command += [sys.executable, "-m", "benchmarks.hpack_field_cost", "--child", str(marks)]
-    subprocess.run(command, env=instrcount.pinned_env(0), check=True, capture_output=True, timeout=600)
-    totals = {k: instrcount.dump_total(p) for k, p in dumps_by_label(workdir, "field").items() if "," in k}
+    totals, _ = windows_of_child("benchmarks.hpack_field_cost", "field", 600)
     names = sorted({k.rsplit(",", 1)[0] for k in totals}, key=lambda n: (n.split(":")[0], n))
     per = {n: (totals[f"{n},{LONG}"] - totals[f"{n},{SHORT}"]) / (LONG - SHORT) for n in names}
     print("| step, per response | instructions | added by the report |\n|---|---|---|")

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,6 +162,40 @@ def build_marks(directory: Path | None = None) -> Path:
     compiler = shutil.which("cc") or shutil.which("gcc") or "cc"
     subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(target), str(MARKS_SOURCE)], check=True, timeout=60)
     return target
+
+
+def count_windows(marks_path: str, cases: Mapping[str, Callable[[], object]], counts: tuple[int, ...],
+                  before: Callable[[], object] = lambda: None) -> None:  # fmt: skip
+    """In a child under callgrind: per case and count, one window of ``count`` calls, dumped as ``case,count``
+    (``before`` runs ahead of each window, outside it)."""
+    marks = ctypes.CDLL(marks_path)
+    marks.marks_start()
+    for name, call in cases.items():
+        for count in counts:
+            before()
+            marks.marks_zero()
+            for _ in range(count):
+                call()
+            marks.marks_dump(f"{name},{count}".encode())
+
+
+def windows_of_child(module: str, prefix: str, timeout: float) -> tuple[dict[str, int], str]:
+    """Run ``python -m module --child MARKS`` under callgrind (its windows from ``count_windows``): the
+    instructions of each ``case,count`` window, and what the child wrote to stderr. SystemExit when valgrind or
+    the marks cannot be had."""
+    missing = instrcount.valgrind_available(marks=True)
+    if missing:
+        raise SystemExit(f"cannot count instructions: {missing}")
+    workdir = Path(tempfile.gettempdir()) / f"secure-orca-{prefix}"
+    workdir.mkdir(exist_ok=True)
+    for old in workdir.glob(f"{prefix}.*"):
+        old.unlink()
+    marks = build_marks(workdir)
+    command = [*instrcount.VALGRIND, f"--callgrind-out-file={workdir}/{prefix}.%p"]
+    command += [sys.executable, "-m", module, "--child", str(marks)]
+    done = subprocess.run(command, env=instrcount.pinned_env(0), check=True, capture_output=True, timeout=timeout)
+    totals = {k: dump_total(p) for k, p in dumps_by_label(workdir, prefix).items() if "," in k}
+    return totals, done.stderr.decode()
 
 
 # ---- in process -------------------------------------------------------------------------------------------
