@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +37,6 @@ from secure_orca.lab.evaluate import lb_identity, probe_config, provenance
 from secure_orca.lab.instrcost import INSTR_PATH, off_flags
 from secure_orca.lab.loadgen import Identity
 from secure_orca.probe.audit import probe
-from secure_orca.workers.lifeline import die_with_parent
 
 from .common import BenchError, markdown_table
 from .go_peer import GO_OPTIONS, binary, go_peer, peer_args
@@ -74,21 +71,8 @@ def go_counted(dev: pki.DevPKI, option: str, prefix: Path, host: str = "127.0.0.
     """The Go peer in ``option``'s mode under callgrind, instrumentation off until ``control("--instr=on")``."""
     port = launch.free_port(host)
     argv = [str(binary()), *peer_args(dev, option), "-listen", f"{host}:{port}"]
-    command = [*instrcount.VALGRIND, f"--callgrind-out-file={prefix}.%p", *argv]
-    with (prefix.parent / f"{prefix.name}.log").open("wb") as log:
-        process = subprocess.Popen(
-            command, env=os.environ | GO_ENV, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
-        )
-        try:
-            instrcount.wait_listening(host, port, process)
-            yield GoCountedServer(process, host, port, prefix)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with instrcount.under_callgrind(argv, os.environ | GO_ENV, prefix, host, port) as process:
+        yield GoCountedServer(process, host, port, prefix)
 
 
 def python_counted(
