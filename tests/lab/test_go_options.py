@@ -4,6 +4,9 @@ report over real TLS and HTTP/2, that the opt-in never reaches the handler, the 
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -151,3 +154,22 @@ def test_the_document_has_the_schema_the_kep_section_renders() -> None:
         "python_ratio_per_request": None,
         "exposure": "no-leak",
     }
+
+
+def test_the_committed_document_is_whole_and_from_a_commit_with_this_code() -> None:
+    doc = json.loads((ROOT / "docs" / "kep-6315-go.json").read_text())
+    assert set(doc) == {"commit", "method", "options"} and doc["method"]
+    assert list(doc["options"]) == list(go_options.OPTIONS)
+    for option, entry in doc["options"].items():
+        assert set(entry) == {"ratio_per_request", "python_ratio_per_request", "exposure"}
+        assert entry["exposure"] == EXPECTED_EXPOSURE[option]
+        for ratio in (entry["ratio_per_request"], entry["python_ratio_per_request"]):
+            assert set(ratio) == {"median", "min", "max", "n"} and ratio["n"] >= 2
+            assert ratio["min"] <= ratio["median"] <= ratio["max"]
+    assert re.fullmatch(r"[0-9a-f]{40}", doc["commit"]), "measured on a clean checkout"
+    measured = ["benchmarks/gopeer", "benchmarks/go_peer.py", "benchmarks/go_options.py"]
+    done = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", doc["commit"], "HEAD", "--", *measured],
+                          capture_output=True, timeout=30)  # fmt: skip
+    if done.returncode not in (0, 1):
+        pytest.skip(f"no git history to compare with: {done.stderr.decode()[:200]}")
+    assert done.returncode == 0, "the measured code changed after the document was made: regenerate it"
