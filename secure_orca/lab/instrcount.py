@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,14 +174,24 @@ def counted_server(
     port = launch.free_port(host)
     argv = [sys.executable, "-m", "secure_orca.cli.pinned", "serve", *serve_args]
     argv += ["--bind-address", host, "--secure-port", str(port), "--credential-reload-interval", "1h"]
+    with under_callgrind(argv, pinned_env(layout), prefix, host, port) as process:
+        yield CountedServer(process, host, port, prefix)
+
+
+@contextmanager
+def under_callgrind(
+    argv: Sequence[str], env: Mapping[str, str], prefix: Path, host: str, port: int
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Any server ``argv`` that listens on ``host``:``port``, under callgrind (dumps ``prefix.PID.N``, output in
+    ``prefix.log``), once it listens; stopped with SIGTERM at the end."""
     command = [*VALGRIND, f"--callgrind-out-file={prefix}.%p", *argv]
     with (prefix.parent / f"{prefix.name}.log").open("wb") as log:
         process = subprocess.Popen(
-            command, env=pinned_env(layout), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+            command, env=dict(env), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
         )
         try:
             wait_listening(host, port, process)
-            yield CountedServer(process, host, port, prefix)
+            yield process
         finally:
             process.send_signal(signal.SIGTERM)
             try:
