@@ -215,6 +215,7 @@ def render_kep(results: Evaluation, data: str = "security-options.json", go: dic
         f"[{data}]({data}) (commit {commit('commit')} at start, {commit('commit_end')} at the end); every figure "
         "links to the JSON pointer it was read from. The reasoning and the full tables are in "
         "[security-options.md](security-options.md).\n",
+        *([f"Not a run of its own: {p['rendered']}\n"] if "rendered" in p else []),
         *threat_model(results, data),
         "### The options\n",
         *[line for option in OPTIONS for line in option_table(results, option, data, go)],
