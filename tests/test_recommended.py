@@ -34,6 +34,9 @@ def _defaults(module: ModuleType) -> argparse.Namespace:
 
 def test_the_evaluation_recommends_what_recommended_py_says() -> None:
     assert evaluation_recommends() == recommended.OPTION
+    data = DOCS / "security-options.json"
+    if data.exists():
+        assert json.loads(data.read_text())["recommended_option"] == recommended.OPTION
     assert TITLES[recommended.OPTION] == recommended.TITLE
 
 

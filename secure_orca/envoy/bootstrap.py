@@ -364,6 +364,9 @@ def load_balancing_policy(config: LBConfig) -> dict[str, Any]:
     if not config.zones:
         return {"policies": [{"typed_extension_config": endpoint}]}
     t = config.timing
+    oob: dict[str, Any] = {}
+    if config.oob_period is not None:  # the locality's utilization from the same streams as the hosts' weights
+        oob = {"enable_oob_load_report": True, "oob_reporting_period": duration(config.oob_period)}
     locality = _typed(
         _LOCALITY,
         "extensions.load_balancing_policies.load_aware_locality.v3.LoadAwareLocality",
@@ -373,6 +376,7 @@ def load_balancing_policy(config: LBConfig) -> dict[str, Any]:
         smoothing_time_constant=duration(t.smoothing_time_constant),
         remote_probe_fraction=t.remote_probe_fraction,
         weight_expiration_period=duration(t.weight_expiration_period),
+        **oob,
     )
     return {"policies": [{"typed_extension_config": locality}]}
 

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import hpack
+from hpack import NeverIndexedHeaderTuple
 
 from secure_orca import pki
 from secure_orca.credentials import devpki
+from secure_orca.envoy import bootstrap as envoy
 from secure_orca.hpackcost import wire as hpack_wire
 from secure_orca.lab import instrcount, loadgen, matched
 from secure_orca.lab import launcher as lb
@@ -31,7 +33,7 @@ from secure_orca.lab import replicas as launch
 from secure_orca.lab.instrcost import instruction_cost, off_flags
 from secure_orca.lab.markdown import render_markdown
 from secure_orca.lab.options import BURDEN, OPTIONS, OUT_OF_BAND, TITLES, auth_mode
-from secure_orca.lab.recommend import recommend, recommended_option
+from secure_orca.lab.recommend import beta_path, recommend, recommended_option, run_reasons
 from secure_orca.lab.results import (
     Evaluation,
     Exposure,
@@ -48,7 +50,7 @@ from secure_orca.lab.results import (
     Spread,
     to_json,
 )
-from secure_orca.lab.staleness import OOB_PERIOD
+from secure_orca.lab.staleness import OOB_PERIOD, weight_control, weights_moved
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.optin import header_value
 from secure_orca.probe.audit import ProbeConfig, ProbeResult, probe
@@ -91,6 +93,8 @@ def probe_config(dev: pki.DevPKI, option: str, samples: int, control_url: str | 
         lb_secret=secret_of(dev) if "shared-secret" in option else None,
         client_cert=dev.cert("user"),
         client_key=dev.key("user"),
+        client_ca_cert=dev.cert("client_ca"),  # the shared-CA vector: users of --client-ca-file named like the LB
+        client_ca_key=dev.key("client_ca"),
         timing_samples=samples if "shared-secret" in option else 0,
         control_url=control_url,
         seed=6315,
@@ -112,6 +116,8 @@ def summarize_probe(result: ProbeResult, envoy_weights: list[float] | None = Non
         seconds=round(result.seconds, 1),
         grants=grants(result),
         envoy_weights=envoy_weights,
+        timing_detectable_us=timing.detectable_us if timing else None,
+        timing_controls={f"{k:g}": round(p, 6) for k, p in timing.controls.items()} if timing else None,
     )
 
 
@@ -193,15 +199,19 @@ def response_hpack(replica: launch.Replica, dev: pki.DevPKI, settings: Settings)
 
 def request_hpack(value: str | None, requests: int = 100) -> tuple[float, float]:
     """HPACK bytes the opt-in header adds to a load balancer's requests on one connection (replayed through the
-    hpack encoder h2 uses): once per connection (its first send, a literal that is then indexed), and per request
-    after it (the mean over the ``requests`` - 1 that follow)."""
+    hpack encoder h2 uses): once per connection (its first send), and per request after it (the mean over the
+    ``requests`` - 1 that follow). A value that holds a secret is sent never-indexed (RFC 7541 §7.1.3, as the
+    probe sends it), so it is a literal on every request; the bare opt-in is indexed after its first send."""
     base = [(":method", "GET"), (":scheme", "https"), (":authority", "kube-apiserver:6443"), (":path", "/api/v1/pods"),
             ("user-agent", "kubectl/v1.38.0"), ("accept", "application/json")]  # fmt: skip
     with_encoder, without_encoder = hpack.Encoder(), hpack.Encoder()
     extra = []
     for _ in range(requests):
         plain = len(without_encoder.encode(base))
-        headers = [*base, (OPTIN_HEADER, value)] if value is not None else base
+        headers: list[hpack.HeaderTuple] = [hpack.HeaderTuple(n, v) for n, v in base]
+        if value is not None:
+            kind = NeverIndexedHeaderTuple if "secret=" in value else hpack.HeaderTuple
+            headers.append(kind(OPTIN_HEADER, value))
         extra.append(len(with_encoder.encode(headers)) - plain)
     return float(extra[0]), round(sum(extra[1:]) / (requests - 1), 2)
 
@@ -224,14 +234,16 @@ def replicas_for(dev: pki.DevPKI) -> Iterator[dict[str, launch.Replica]]:
 def through_lb(dev: pki.DevPKI, option: str) -> Exposure:
     """Envoy in front of one replica of ``option``: the probe goes through Envoy; its positive control goes to
     the replica directly (Envoy strips the reports it would otherwise see). Option 4's Envoy reads the reports
-    out of band (``envoy-config --out-of-band``) and sends no opt-in."""
+    out of band (``envoy-config --out-of-band``) and sends no opt-in. Then the positive control of the path:
+    Envoy's weight for the replica, read from its admin /clusters while traffic and a load step run (blackout
+    1 s, weights updated every 0.1 s), must leave 1 and move."""
     argv = launch.serve_argv(dev, lb.replica_flags(dev, auth_mode(option)))
     oob: dict[str, Any] = {"oob_period": OOB_PERIOD} if option == OUT_OF_BAND else {}
-    with lb.deployment(dev, [argv], option=auth_mode(option), **oob) as deployed:
+    with lb.deployment(dev, [argv], option=auth_mode(option), timing=envoy.TEST_TIMING, **oob) as deployed:
         replica = deployed.replicas[0]
         result = probe(deployed.envoy.url, probe_config(dev, option, 0, control_url=replica.url))
-        weights = [h.weight for h in deployed.envoy.clusters()]
-    return summarize_probe(result, envoy_weights=weights)
+        weights = weight_control(deployed, replica)
+    return replace(summarize_probe(result, envoy_weights=weights), weights_moved=weights_moved(weights))
 
 
 def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: bool = True) -> Evaluation:
@@ -298,9 +310,11 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
         )
         for o in OPTIONS
     }
+    made["commit_end"] = commit()  # the commit after the run: equal to the one at start, or the run moved
     results = Evaluation(settings, use_envoy, machine(), options, control, instructions,
                          seconds=round(time.monotonic() - started, 1), provenance=made)  # fmt: skip
-    results = replace(results, recommendation=recommend(results), recommended_option=recommended_option(results))
+    results = replace(results, recommendation=recommend(results), recommended_option=recommended_option(results),
+                      beta_path=beta_path(results), reasons=run_reasons(results))  # fmt: skip
     write(results, output)
     return results
 
@@ -312,22 +326,46 @@ def write(results: Evaluation, output: Path) -> None:
     (output / "evaluation.md").write_text(render_markdown(results))
 
 
-def provenance(at: time.struct_time) -> dict[str, str]:
-    """The commit measured (with ``+dirty`` when the work tree differs from it), the command and when it began."""
+def git(*args: str) -> str:
+    """``git`` in this checkout ("" when it fails or there is none)."""
     here = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
 
-    def git(*args: str) -> str:
-        try:
-            done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        return done.stdout.strip() if done.returncode == 0 else ""
 
-    commit = git("rev-parse", "HEAD") or "unknown (not a git checkout)"
-    if git("status", "--porcelain", "--untracked-files=no"):
-        commit += "+dirty"
+def commit() -> str:
+    """The commit checked out, with ``+dirty`` when the work tree differs from it."""
+    head = git("rev-parse", "HEAD") or "unknown (not a git checkout)"
+    return head + "+dirty" if git("status", "--porcelain", "--untracked-files=no") else head
+
+
+def provenance(at: time.struct_time) -> dict[str, str]:
+    """The commit measured at start (``evaluate`` adds the one at the end), the command and when it began."""
     command = " ".join(["secure-orca", *sys.argv[1:]]) if sys.argv else "secure-orca evaluate"
-    return {"commit": commit, "command": command, "started": time.strftime("%Y-%m-%d %H:%M UTC", at)}
+    return {"commit": commit(), "command": command, "started": time.strftime("%Y-%m-%d %H:%M UTC", at)}
+
+
+def lab_changed_since(measured: str) -> list[str]:
+    """Files under secure_orca/lab/ that changed between the commit ``measured`` and HEAD (a document made at
+    ``measured`` no longer describes the code that would make it). Raises LookupError when git does not know it."""
+    base = measured.removesuffix("+dirty")
+    if not git("rev-parse", "--verify", "--quiet", f"{base}^{{commit}}"):
+        raise LookupError(f"commit {measured} is not in this checkout (fetch the full history)")
+    changed = git("diff", "--name-only", base, "HEAD", "--", "secure_orca/lab")
+    return changed.splitlines() if changed else []
+
+
+def clean_run(made: dict[str, str]) -> str | None:
+    """Why a run cannot be published (None: it started and ended at the same clean commit)."""
+    start, end = made.get("commit", ""), made.get("commit_end", "")
+    if "+dirty" in start or "+dirty" in end or start.startswith("unknown"):
+        return f"the work tree was not a clean commit (start {start}, end {end})"
+    if start != end:
+        return f"the commit moved during the run ({start} at start, {end} at the end)"
+    return None
 
 
 def machine() -> Machine:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from secure_orca.lab.options import BURDEN, OPTIONS, OUT_OF_BAND, TITLES
-from secure_orca.lab.recommend import POLICY, RULES, presents
+from secure_orca.lab.recommend import FIGURE_ALPHA, POLICY, RULES, THRESHOLDS, presents, stream_verdict_rows
 from secure_orca.lab.results import (
     COST_KEYS,
     Evaluation,
@@ -78,6 +78,12 @@ def wall_clock(cost: RequestCost, key: str, control: Interval) -> str:
     return fmt(median) if not control.holds(median) else "does not resolve"
 
 
+def aa_dropped(results: Evaluation, dropped: list[str]) -> str:
+    """The dropped wall-clock columns with the A/A interval that nothing resolved against."""
+    keys = [k for k in COST_KEYS if WALL_CLOCK[k] in dropped]
+    return ", ".join(f"{WALL_CLOCK[k]}, A/A interval {interval(results, k)}" for k in keys)
+
+
 def columns(results: Evaluation) -> list[str]:
     """The wall-clock columns in which at least one option resolves; the others are dropped."""
     medians = {k: [getattr(results.options[o].request_cost, k).median for o in OPTIONS] for k in COST_KEYS}
@@ -89,7 +95,14 @@ def header(results: Evaluation) -> list[str]:
 
 
 def _exposure(via: Exposure | NotMeasured) -> str:
-    return f"{via.verdict} ({via.leaks}/{via.vectors})" if isinstance(via, Exposure) else via.verdict
+    if not isinstance(via, Exposure):
+        return via.verdict
+    weights = ""
+    if via.weights_moved is not None:
+        seen = sorted(set(via.envoy_weights or []))
+        shown = f"{seen[0]:g}–{seen[-1]:g}" if seen else "none"
+        weights = f"; Envoy weights {'moved' if via.weights_moved else 'did not move'} ({shown})"
+    return f"{via.verdict} ({via.leaks}/{via.vectors}){weights}"
 
 
 def matrix_rows(results: Evaluation) -> list[list[str]]:
@@ -137,7 +150,8 @@ def provenance(results: Evaluation) -> list[str]:
     m, p, s = results.machine, results.provenance, results.settings
     return [
         "## How this was made\n",
-        f"- commit: `{p.get('commit', 'not recorded')}`",
+        f"- commit: `{p.get('commit', 'not recorded')}` at start, `{p.get('commit_end', 'not recorded')}` at the end",
+        *([f"- rendered: {p['rendered']}"] if "rendered" in p else []),
         f"- command: `{p.get('command', 'not recorded')}` (the document: `./scripts/evaluate.sh --publish "
         "docs/security-options.md`)",
         f"- started: {p.get('started', 'not recorded')}; total {results.seconds} s",
@@ -169,10 +183,13 @@ def render_markdown(results: Evaluation) -> str:
         "over memory layouts (one per repeat); the counts differ only by layout, and a range that holds 1, or "
         "overlaps another's, is within the spread. Wall clock is secondary: feature-on ÷ feature-off, interleaved "
         f"rounds; row 0 runs the same between two separate feature-off replicas over {rounds} rounds and gives a "
-        "95% prediction interval for one round's ratio (mean ± t·s·√(1+1/n)); an option's median prints only "
-        "outside it, else `does not resolve`"
-        + (f"; a column in which no option resolves is dropped ({', '.join(dropped)})" if dropped else "")
-        + ". The opt-in's HPACK bytes are per connection (its first send, then indexed) and per request after it. "
+        "95% prediction interval for one round's ratio on the log scale (exp(mean ± t·s·√(1+1/n)) of the "
+        "log-ratios, so its bounds are ratios); an option's median prints only outside it, else `does not resolve`"
+        + (f"; a column in which no option resolves is dropped ({aa_dropped(results, dropped)})" if dropped else "")
+        + ". The opt-in's HPACK bytes are per connection (its first send) and per request after it: the bare "
+        "opt-in is indexed after its first send, a value that holds a secret is sent never-indexed (RFC 7541 "
+        "§7.1.3), a literal on every request. Through the LB: the probe's verdict, then the positive control of the "
+        "path (Envoy's weight for the replica, admin `/clusters`, blackout 1 s, under traffic and a load step). "
         "Exposure verdicts are `secure-orca probe`'s: `leak`, `no-leak` (with a positive control that did get a "
         "report), `inconclusive`. Row 4's load balancer (Envoy, `--out-of-band`) sends no opt-in, so its requests "
         "and responses carry nothing; its bypass exposure includes the in-band vectors.\n",
@@ -181,14 +198,12 @@ def render_markdown(results: Evaluation) -> str:
         table(["option", *BURDEN["header-only"].keys()], burden_rows),
         "\n## Recommendation\n",
         "The rules, in order (`secure_orca/lab/recommend.py`; each is moved both ways by "
-        "`tests/lab/test_recommend.py`): "
-        + "; ".join(f"{i}. {r}" for i, r in enumerate(RULES, 1))
-        + ". A comparison counts only where the ranges separate.\n",
+        "`tests/lab/test_recommend.py`): " + "; ".join(f"{i}. {r}" for i, r in enumerate(RULES, 1)) + ".\n",
         *[f"- {line}" for line in results.recommendation],
         "",
-        f"Recommended default (evaluation.json `recommended_option`): `{results.recommended_option}`.\n",
         "### Policy, not measurement\n",
         POLICY + "\n",
+        *decision(results),
         *REVIEWER,
         *provenance(results),
     ]
@@ -197,6 +212,50 @@ def render_markdown(results: Evaluation) -> str:
 
 def _range(s: Spread, unit: str = "") -> str:
     return f"{s.median:g}{unit} ({s.min:g}–{s.max:g})"
+
+
+MATCHED_HEADER = ["period", "reports", "B/s on the wire", "model B/s (error)", "reports delivered/s",
+                  "B per delivered report", "seconds to halve the weight", "halved", "seconds to recover",
+                  "recovered"]  # fmt: skip
+
+
+def remote_section(oob: OutOfBand) -> list[str]:
+    """The low-traffic remote-locality case (empty when it was not measured)."""
+    if not oob.remote:
+        return []
+    rows = [
+        [c.path, f"{c.period:g} s", f"{c.lb_rps:g}", _range(c.staleness), f"{c.moved}/{c.runs}"] for c in oob.remote
+    ]
+    return [
+        "Low traffic to a remote locality (Envoy's `load_aware_locality`, the replicas in two zones, Envoy in the "
+        "first; the step on the remote zone's replica, which serves its own zone's clients directly; Envoy probes "
+        "the remote zone with 3% of its traffic, `remote_probe_fraction`, which its documentation calls safe to "
+        "set to 0 only when reports arrive out of band):\n",
+        table(["reports", "period", "load-balanced requests/s", "seconds to halve the weight", "halved"], rows),
+        "",
+    ]
+
+
+def _maybe(s: Spread | None) -> str:
+    return "not measured" if s is None else _range(s)
+
+
+def fmt_p(p: float | None) -> str:
+    return "counted" if p is None else f"{p:.2g}"
+
+
+def decision(results: Evaluation) -> list[str]:
+    """The thresholds a figure must pass, the decision and its reasons (figure-free, equal across runs)."""
+    rows = [[t.figure, f"x{t.factor:g} ({t.unit})", t.feeds, t.why] for t in THRESHOLDS.values()]
+    return [
+        "### Thresholds: where a figure overturns the policy\n",
+        table(["figure", "threshold", "feeds", "practical size"], rows),
+        "",
+        f"Alpha default (evaluation.json `recommended_option`): `{results.recommended_option}`; beta path "
+        f"(`beta_path`): `{results.beta_path}`. Reasons (`reasons`, without figures: runs that agree give the same):\n",
+        *[f"- {reason}" for reason in results.reasons],
+        "",
+    ]
 
 
 def out_of_band_section(results: Evaluation) -> list[str]:
@@ -209,17 +268,17 @@ def out_of_band_section(results: Evaluation) -> list[str]:
         inb, out = oob.cell("in-band", period), oob.cell("out-of-band", period)
         if inb is None or out is None:
             continue
-        stale = {"lower": "out of band fresher", "higher": "out of band staler", None: "does not resolve"}[
-            compare(out.staleness, inb.staleness)]  # fmt: skip
-        wire = {"lower": "out of band fewer bytes", "higher": "out of band more bytes", None: "does not resolve"}[
-            compare(out.bytes_per_s, inb.bytes_per_s)]  # fmt: skip
         for cell in (inb, out):
             error = cell.model_error
             model = f"{cell.model_bytes_per_s:g} ({error:+.0%})" if error is not None else "-"
-            rows.append([f"{period:g} s", cell.path, _range(cell.bytes_per_s), model, _range(cell.staleness),
-                         f"{cell.moved}/{cell.runs}", wire, stale])  # fmt: skip
+            rows.append([f"{period:g} s", cell.path, _range(cell.bytes_per_s), model, _maybe(cell.delivered),
+                         _maybe(cell.bytes_per_report), _range(cell.staleness), f"{cell.moved}/{cell.runs}",
+                         _maybe(cell.recovery), f"{cell.recovered}/{cell.runs}"])  # fmt: skip
     counted = results.instructions
     per_report = counted.oob_report if isinstance(counted, Instructions) else None
+    tests = [[c.figure, f"{c.period:g} s", f"x{c.ratio:g} ({THRESHOLDS[c.figure].unit})", fmt_p(c.p),
+              "-" if c.effect is None else f"{c.effect:.2f}", f"x{THRESHOLDS[c.figure].factor:g}", c.side or "-"]
+             for c in stream_verdict_rows(results)]  # fmt: skip
     parts = [
         "## In band against out of band at matched freshness\n",
         f"One report every period on both paths: in band the replica samples every period and attaches each new "
@@ -232,22 +291,18 @@ def out_of_band_section(results: Evaluation) -> list[str]:
         f"Staleness: two such replicas behind Envoy (CSWRR, weight update every 0.1 s, blackout 1 s), {oob.lb_rps:g} "
         f"load-balanced requests/s, then the step at a random time; the seconds until Envoy's weight for the "
         f"loaded replica halved (admin `/clusters`, read every 50 ms, at most {oob.bound:g} s, a run that never "
-        f"halved counts as {oob.bound:g}). {oob.repeats} interleaved repetitions per cell: median (min–max). A "
-        "comparison is written only where the two ranges separate.\n",
-        table(
-            [
-                "period",
-                "reports",
-                "B/s on the wire",
-                "model B/s (error)",
-                "seconds to halve the weight",
-                "halved",
-                "bytes",
-                "freshness",
-            ],
-            rows,
-        ),
+        f"halved counts as {oob.bound:g}); then the step ends and the recovery is the seconds until the weight is "
+        "back at three quarters of its value before the step. Reports delivered are those that arrived (responses "
+        "that carried one, messages on the stream), per second of the same run; bytes per delivered report divide "
+        f"the bytes by them. {oob.repeats} interleaved repetitions per cell: median (min–max).\n",
+        table(MATCHED_HEADER, rows),
         "",
+        "Out of band against in band, figure by figure (two-sided Mann-Whitney U over the runs, A = P(an "
+        "out-of-band run > an in-band run); instructions are counted, not sampled, and compare their whole ranges; "
+        f"a figure counts only past its threshold with p < {FIGURE_ALPHA:g}):\n",
+        table(["figure", "period", "ratio of medians", "p", "A", "threshold", "past it"], tests),
+        "",
+        *remote_section(oob),
     ]
     if per_report is not None:
         r = per_report.per_report
@@ -272,8 +327,9 @@ REVIEWER = [
     "a leak exposes, it does not steer.\n",
     "**What transfers from this Python server to kube-apiserver in Go?** Bytes carry over: the report's HPACK "
     "bytes and the stream's bytes on the wire depend on the encoding and the protocol (HTTP/2, gRPC, TLS 1.3), "
-    "not the language, and Go's encoder (golang.org/x/net/http2/hpack) also indexes such a field in its dynamic "
-    "table. Exposure carries over: the probe's vectors are protocol-level (who can opt in over which path), "
+    "not the language: Go's encoder (golang.org/x/net/http2/hpack) also indexes the bare opt-in in its dynamic "
+    "table, and sends a field marked Sensitive never-indexed, as the secret is counted here. Exposure carries "
+    "over: the probe's vectors are protocol-level (who can opt in over which path), "
     "and so do the grants (what a credential lets a request "
     "assert is kube-apiserver's requestheader semantics, mirrored here). Staleness carries over in shape (it is "
     "set by the report period and Envoy's weight timing, not by the server's speed). Instructions do not: the "

@@ -9,6 +9,7 @@ import socket
 import ssl
 import statistics
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -130,16 +131,19 @@ def wire_bytes(reports: int, interval: float) -> dict[str, float]:
 
 def stream_bytes(host: str, port: int, dev: pki.DevPKI, interval: float, reports: int) -> dict[str, float]:
     """Bytes per streamed report on a new TLS 1.3 connection with the load-reader certificate to a running replica,
-    the stream asking for ``interval``: counted after the first report, so they hold at any interval."""
+    the stream asking for ``interval``: counted after the first report, so they hold at any interval; and the
+    reports delivered per second and bytes per second over the same span (what arrived, not the nominal period)."""
     conn = CountingTLS(host, port, load_reader_context(dev))
     loop, stream = open_stream(conn, interval)
     started_at = None  # ciphertext bytes when the first report arrived
+    first_at = last_at = 0.0  # when the first and the last report arrived
     frame_bytes, messages = 0, list[int]()
 
     def each(size: int) -> None:
-        nonlocal started_at, frame_bytes
+        nonlocal started_at, frame_bytes, first_at, last_at
+        last_at = time.monotonic()
         if started_at is None:
-            started_at = conn.received
+            started_at, first_at = conn.received, last_at
         else:
             frame_bytes += 9 + size
         messages.append(size - oob.PREFIX_SIZE)
@@ -150,7 +154,10 @@ def stream_bytes(host: str, port: int, dev: pki.DevPKI, interval: float, reports
         conn.sock.close()
     assert started_at is not None
     counted = len(messages) - 1  # the reports after the first one, whose bytes are all on the wire
+    elapsed = max(last_at - first_at, 1e-9)
     return {
+        "reports_per_s": counted / elapsed,  # delivered, from the first report's arrival to the last one's
+        "tls_bytes_per_s": (conn.received - started_at) / elapsed,
         "reports": counted,
         "message_bytes_median": statistics.median(messages[1:]),
         "message_bytes_min": min(messages[1:]),

@@ -14,6 +14,13 @@ TITLES = {
     "out-of-band": "4. out-of-band stream (certificate)",
 }
 
+# New kube-apiserver flags each option adds (operational burden; KEP-6315's own feature gate and
+# --enable-endpoint-load-metrics are common to all): option 2 reuses --requestheader-client-ca-file and
+# --requestheader-allowed-names; 2b adds --endpoint-load-metrics-client-ca-file and -allowed-names; 3
+# --endpoint-load-metrics-secret-file; 4 adds 2b's and --endpoint-load-metrics-oob(-min-interval).
+NEW_FLAGS = {"header-only": 0, "front-proxy": 0, "load-reader": 2, "shared-secret": 1, "front-proxy,shared-secret": 1,
+             "out-of-band": 4}  # fmt: skip
+
 
 def auth_mode(option: str) -> str:
     """The replica's ``--endpoint-load-metrics-auth`` for ``option``: option 4's replica is in load-reader mode

@@ -1,38 +1,89 @@
-"""The recommendation of ``secure-orca evaluate``: all of its prose, derived from the measured results by rules
-written here (pure: figures in, sentences out). Each rule is a function a test can move both ways
-(tests/lab/test_recommend.py); the choices that are not measurements are ``POLICY``, stated in their own paragraph.
+"""The recommendation of ``secure-orca evaluate``: a stated policy over properties the probe measures exactly, which
+a measured figure can overturn only past a practical threshold with a proper test (pure: figures in, sentences out;
+tests/lab/test_recommend.py moves each rule and each figure both ways, on the real option set).
 
-The rules, in order (``RULES`` names them in the document):
+The policy (``POLICY``), in order:
 
 1. exposure: an option through which the bypass client read a report, or whose secret comparison timed
    differently (p < TIMING_ALPHA), is never recommended; one without a verdict is not recommended;
-2. grants: among the rest, the credential that grants least wins (load only, then any identity); a secret that
-   travels in every request ranks after a certificate that grants the same;
-3. cost: among in-band options equal under 1 and 2, one whose instructions per request (range over memory
-   layouts) lie wholly below another's is cheaper; overlapping ranges are within the spread and do not decide;
-4. in band (2b) or out of band (4): at matched freshness, each period's staleness and bytes on the wire count
-   for the path whose range lies wholly below the other's. Out of band is the default when it has an advantage
-   and no disadvantage, in band when it has a disadvantage and no advantage; otherwise the figures do not
-   decide, and POLICY does."""
+2. blast radius of a leaked or misissued credential: a credential that grants load only beats one that grants any
+   identity (read back from selfsubjectreviews); at equal grants a certificate (bound to a key, from a dedicated
+   CA) beats a secret (a bearer value in every request and in load balancer configuration);
+3. operational burden: at equal blast radius, fewer new server flags (``options.NEW_FLAGS``) win, then the KEP's
+   order;
+4. phasing: KEP-6315's alpha specifies reports on responses and defers out of band to beta, so the alpha default
+   is an in-band option and out of band (4) is the beta path, never the alpha default.
+
+Figures overturn it only past ``THRESHOLDS`` (each states its practical size and the decision it feeds):
+
+- cost feeds the alpha default: an option whose instructions per request add more than a quarter to a request, or
+  whose certificate at least triples a new connection's instructions, over the whole range of memory layouts,
+  gives way to the next option of the policy that stays below both;
+- in band against out of band at a matched period feeds the beta path: out of band stays the beta path unless it
+  is worse by the threshold factor on a figure (staleness after a load step, recovery after the load drops,
+  reports delivered per second, bytes per delivered report, instructions per delivered report). A sampled figure
+  crosses only when the ratio of medians is past the factor and a two-sided Mann-Whitney U test gives
+  p < FIGURE_ALPHA; instruction counts (which vary only by memory layout) cross when every pair of values is
+  past the factor."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
-from secure_orca.lab.options import OPTIONS, OUT_OF_BAND, TITLES
-from secure_orca.lab.results import Evaluation, Grants, Instructions, OutOfBand, Spread, compare
-from secure_orca.probe.stats import TIMING_ALPHA
+from secure_orca.lab.options import NEW_FLAGS, OPTIONS, OUT_OF_BAND, TITLES
+from secure_orca.lab.results import Evaluation, Grants, Instructions, MatchedCell, OutOfBand, Spread
+from secure_orca.probe.stats import TIMING_ALPHA, mann_whitney_u, median
 
-RULES = ("exposure", "grants", "cost", "in band or out of band")
+REMOTE = "remote zone at low traffic"
+FIGURE_ALPHA = 0.01  # a sampled figure's rank test must give p below this to count (with its ratio past the factor)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A figure's practical size: past ``factor`` (and its test) it overturns ``feeds``."""
+
+    figure: str
+    factor: float
+    unit: str
+    feeds: str
+    why: str
+
+
+THRESHOLDS = {
+    t.figure: t
+    for t in (
+        Threshold("instructions per request", 1.25, "÷ feature off", "the alpha default",
+                  "the option adds more than a quarter to a request's instructions"),
+        Threshold("instructions per new connection", 3.0, "÷ without a certificate", "the alpha default",
+                  "the certificate at least triples a new connection's instructions (load balancers keep "
+                  "connections open, so less is paid rarely)"),
+        Threshold("staleness", 2.0, "out of band ÷ in band", "the beta path",
+                  "the weight takes twice as long to halve after a load step"),
+        Threshold("recovery", 2.0, "out of band ÷ in band", "the beta path",
+                  "the weight takes twice as long to rise back after the load drops"),
+        Threshold("reports delivered", 2.0, "in band ÷ out of band", "the beta path",
+                  "half as many reports reach the load balancer per second"),
+        Threshold("bytes per delivered report", 2.0, "out of band ÷ in band", "the beta path",
+                  "a delivered report costs twice the bytes on the wire"),
+        Threshold("instructions per delivered report", 2.0, "out of band ÷ in band", "the beta path",
+                  "a delivered report costs twice the server's instructions"),
+    )
+}  # fmt: skip
 POLICY = (
-    "Not measured, chosen: where the figures do not decide between in band (2b) and out of band (4), in band is the "
-    "default because KEP-6315's alpha specifies reports on responses and Envoy's in-band CSWRR needs no extra "
-    "stream; an option that grants any identity is offered only where the load balancer already authenticates "
-    "certificate users (a deployment fact the measurements cannot see); the operational burden table is a "
-    "description, not a measurement, and no rule reads it; among options the figures leave tied, the KEP's order "
-    "decides."
+    "Not measured, chosen: the alpha default is the option that holds against the bypass client (rule 1) with the "
+    "smallest blast radius of a leaked or misissued credential (load only before any identity; a certificate "
+    "before a secret that grants the same), then the smallest operational burden (new server flags), then the "
+    "KEP's order. KEP-6315's alpha specifies reports on responses and defers out of band to beta: out of band (4) "
+    "is the beta path and never the alpha default. A measured figure overturns this only past its threshold "
+    f"(below), with a two-sided Mann-Whitney U test at p < {FIGURE_ALPHA:g} for sampled figures; an option that "
+    "grants any identity is offered only where the load balancer already authenticates certificate users (a "
+    "deployment fact the measurements cannot see)."
 )
+RULES = ("exposure", "blast radius", "operational burden", "phasing (alpha in band, beta out of band)",
+         "a figure past its threshold")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,8 +102,13 @@ class Figures:
     through_lb_verdict: str = "unknown"  # the probe's verdict for a client of the load balancer
     layouts: int = 0  # memory layouts counted
     timing_p: float | None = None  # the secret comparison's timing check (None: not run)
-    stream: OutOfBand | None = None  # option 4: at matched freshness against in band
-    per_report: float | None = None  # option 4: instructions per streamed report
+    stream: OutOfBand | None = None  # option 4: at matched periods against in band
+    per_report: Spread | None = None  # option 4: instructions per streamed report
+    connection_cost: Spread | None = None  # instructions per new connection with its certificate ÷ without
+    in_band_extra: Spread | None = None  # option 4: in band's (2b's) added instructions per request, over layouts
+
+
+# --- the policy ---------------------------------------------------------------------------------------------
 
 
 def timing_leak(f: Figures) -> bool:
@@ -69,62 +125,176 @@ def holds(f: Figures) -> bool:
 
 
 def grant_rank(f: Figures) -> int:
-    """Rule 2: lower is better."""
+    """Rule 2, the blast radius of a leaked or misissued credential: lower is smaller."""
     return {"load only": 0, "any identity": 2, "unknown": 4, "nothing needed": 6}[f.grants] + f.lb_secret
 
 
-def cheaper(a: Figures, b: Figures) -> bool:
-    """Rule 3: ``a`` costs fewer instructions per request than ``b``, the ranges over layouts separating (one
-    layout has no spread to separate: it orders nothing)."""
-    if a.cost is None or b.cost is None or min(a.layouts, b.layouts) < 2:
-        return False
-    return compare(a.cost, b.cost) == "lower"
+def policy_key(f: Figures) -> tuple[int, int, int]:
+    """Rules 2 and 3, then the KEP's order."""
+    order = OPTIONS.index(f.option) if f.option in OPTIONS else len(OPTIONS)
+    return grant_rank(f), NEW_FLAGS.get(f.option, 0), order
 
 
-def stream_verdict(stream: OutOfBand) -> tuple[list[str], list[str]]:
-    """Rule 4: out of band's advantages and disadvantages against in band, cell by cell, where ranges separate."""
-    better, worse = [], []
-    for period in stream.periods:
-        oob, inb = stream.cell("out-of-band", period), stream.cell("in-band", period)
+def blast_radius(f: Figures) -> str:
+    """What a leaked or misissued credential of ``f`` does (from its measured grants and its kind)."""
+    if f.grants == "any identity":
+        return "acts as any user and group it names, system:masters included"
+    if f.grants == "nothing needed":
+        return "no credential: any client that reaches a replica reads its load"
+    if f.grants != "load only":
+        return f"not read back ({f.grants})"
+    if f.lb_secret:
+        return "reads load from anywhere it reaches a replica, until the secret is rotated (a bearer value)"
+    return "reads load only, until the certificate expires or its CA is rotated (bound to its key)"
+
+
+# --- the figures' tests -------------------------------------------------------------------------------------
+
+Side = Literal["out of band worse", "out of band better"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One figure at one period, out of band against in band: the ratio of medians (as its threshold states it),
+    the rank test's p (None: counted, not sampled) and its effect size, and whether it crossed."""
+
+    figure: str
+    period: float
+    ratio: float
+    p: float | None
+    effect: float | None  # Vargha-Delaney A: P(an out-of-band run > an in-band run), ties halved
+    side: Side | None
+    case: str = ""  # "" the load step on one of two replicas; REMOTE the low-traffic remote locality
+
+    @property
+    def where(self) -> str:
+        return f"{self.period:g} s" + (f", {self.case}" if self.case else "")
+
+    def clause(self) -> str:
+        t = THRESHOLDS[self.figure]
+        test = f", p = {self.p:.2g}, A = {self.effect:.2f}" if self.p is not None and self.effect is not None else ""
+        return f"{self.figure} at {self.where}: x{self.ratio:.3g} {t.unit}{test}"
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.inf if a > 0 else 1.0
+
+
+def sampled(figure: str, period: float, oob: Sequence[float], inb: Sequence[float], higher_is_worse: bool = True
+            ) -> Comparison | None:  # fmt: skip
+    """A sampled figure: crosses when the ratio of medians is past the factor and p < FIGURE_ALPHA."""
+    if not oob or not inb:
+        return None
+    test = mann_whitney_u(oob, inb)
+    effect = test.u / (len(oob) * len(inb))
+    med_oob, med_inb = median(oob), median(inb)
+    ratio = _ratio(med_oob, med_inb) if higher_is_worse else _ratio(med_inb, med_oob)
+    factor = THRESHOLDS[figure].factor
+    side: Side | None = None
+    if test.p_value < FIGURE_ALPHA:
+        side = "out of band worse" if ratio >= factor else "out of band better" if ratio <= 1 / factor else None
+    return Comparison(figure, period, round(ratio, 3), test.p_value, round(effect, 3), side)
+
+
+def counted(figure: str, period: float, oob: Spread, inb: Spread) -> Comparison:
+    """A counted figure (instructions): crosses when every pair of values is past the factor."""
+    factor = THRESHOLDS[figure].factor
+    ratio = _ratio(oob.median, inb.median)
+    side: Side | None = None
+    if _ratio(oob.min, inb.max) >= factor:
+        side = "out of band worse"
+    elif _ratio(oob.max, inb.min) <= 1 / factor:
+        side = "out of band better"
+    return Comparison(figure, period, round(ratio, 3), None, None, side)
+
+
+def in_band_per_report(extra: Spread, cell: MatchedCell, rps: float) -> Spread | None:
+    """In band's instructions per delivered report at ``cell``'s period: the feature's whole added cost per
+    request (2b against off, over memory layouts; an upper bound, every request pays the opt-in check) times the
+    requests per delivered report measured on the wire at that period."""
+    delivered = cell.delivered
+    if delivered is None or delivered.median <= 0 or extra.max <= 0:  # no added cost measured: nothing to divide
+        return None
+    per = rps / delivered.median
+    return Spread(round(extra.median * per), round(max(extra.min, 0) * per), round(extra.max * per))
+
+
+def comparisons(f: Figures) -> list[Comparison]:
+    """Every figure of option 4 against in band, period by period."""
+    s = f.stream
+    if s is None:
+        return []
+    out: list[Comparison | None] = []
+    for period in s.periods:
+        oob, inb = s.cell("out-of-band", period), s.cell("in-band", period)
         if oob is None or inb is None:
             continue
-        for a, b, good, bad in (
-            (oob.staleness, inb.staleness, "fresher", "staler"),
-            (oob.bytes_per_s, inb.bytes_per_s, "fewer bytes", "more bytes"),
-        ):
-            verdict = compare(a, b)
-            if verdict == "lower":
-                better.append(f"{good} at a {period:g} s period")
-            elif verdict == "higher":
-                worse.append(f"{bad} at a {period:g} s period")
-    return better, worse
+        out += [
+            sampled("staleness", period, oob.staleness_runs, inb.staleness_runs),
+            sampled("recovery", period, oob.recovery_runs, inb.recovery_runs),
+            sampled("reports delivered", period, oob.delivered_runs, inb.delivered_runs, higher_is_worse=False),
+            sampled("bytes per delivered report", period, oob.bytes_per_report_runs, inb.bytes_per_report_runs),
+        ]
+        per_inb = in_band_per_report(f.in_band_extra, inb, s.rps) if f.in_band_extra else None
+        if f.per_report is not None and per_inb is not None:
+            out.append(counted("instructions per delivered report", period, f.per_report, per_inb))
+    far, near = s.remote_cell("out-of-band"), s.remote_cell("in-band")
+    if far is not None and near is not None:
+        found = sampled("staleness", far.period, far.staleness_runs, near.staleness_runs)
+        out.append(replace(found, case=REMOTE) if found else None)
+    return [c for c in out if c is not None]
 
 
-def out_of_band_leads(stream: OutOfBand) -> bool | None:
-    """Rule 4's decision: True out of band, False in band, None the figures do not decide."""
-    better, worse = stream_verdict(stream)
-    if better and not worse:
-        return True
-    if worse and not better:
-        return False
-    return None
+# --- the decisions ------------------------------------------------------------------------------------------
+
+
+def too_costly(f: Figures) -> list[str]:
+    """The cost figures of ``f`` past their thresholds over the whole range (the alpha default's decision)."""
+    out = []
+    request = THRESHOLDS["instructions per request"]
+    if f.cost is not None and f.layouts >= 1 and f.cost.min >= request.factor:
+        out.append(f"instructions per request x{f.cost.median:g} {request.unit} (past x{request.factor:g})")
+    connection = THRESHOLDS["instructions per new connection"]
+    if f.connection_cost is not None and f.connection_cost.min >= connection.factor:
+        out.append(f"instructions per new connection x{f.connection_cost.median:g} {connection.unit} "
+                   f"(past x{connection.factor:g})")  # fmt: skip
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    alpha: Figures | None  # the alpha default
+    beta: Figures | None  # out of band as the beta path (None: it does not hold, or a figure is against it)
+    passed_over: list[tuple[Figures, list[str]]]  # options the policy ranked above the default, and why (cost)
+    against: list[Comparison]  # figures past their threshold against out of band
+    supporting: list[Comparison]  # figures past their threshold for out of band
+    stream: Figures | None  # option 4's figures, whatever the decision
+
+
+def decide(matrix: Sequence[Figures]) -> Decision:
+    safe = sorted((f for f in matrix if holds(f)), key=policy_key)
+    in_band = [f for f in safe if f.stream is None and f.option != OUT_OF_BAND]
+    passed: list[tuple[Figures, list[str]]] = []
+    alpha = None
+    for f in in_band:
+        costly = too_costly(f)
+        if not costly:
+            alpha = f
+            break
+        passed.append((f, costly))
+    if alpha is None and in_band:  # every option is past a cost threshold: cost orders nothing, the policy decides
+        alpha, passed = in_band[0], []
+    stream = next((f for f in matrix if f.option == OUT_OF_BAND or f.stream is not None), None)
+    found = comparisons(stream) if stream is not None else []
+    against = [c for c in found if c.side == "out of band worse"]
+    supporting = [c for c in found if c.side == "out of band better"]
+    beta = stream if stream is not None and holds(stream) and not against else None
+    return Decision(alpha, beta, passed, against, supporting, stream)
 
 
 def choose(matrix: Sequence[Figures]) -> Figures | None:
-    """The default the rules give (None: no option holds)."""
-    safe = [f for f in matrix if holds(f)]
-    if not safe:
-        return None
-    best_grant = min(grant_rank(f) for f in safe)
-    top = [f for f in safe if grant_rank(f) == best_grant]
-    in_band = [f for f in top if f.stream is None]
-    undominated = [f for f in in_band if not any(cheaper(g, f) for g in in_band)]
-    in_band_best = undominated[0] if undominated else None  # ties: the KEP's order (POLICY)
-    stream = next((f for f in top if f.stream is not None), None)
-    if in_band_best is None or stream is None:
-        return in_band_best or stream
-    assert stream.stream is not None
-    return stream if out_of_band_leads(stream.stream) else in_band_best
+    """The alpha default (None: no in-band option holds)."""
+    return decide(matrix).alpha
 
 
 def recommended(matrix: Sequence[Figures]) -> str | None:
@@ -132,8 +302,31 @@ def recommended(matrix: Sequence[Figures]) -> str | None:
     return chosen.option if chosen else None
 
 
+def reasons(matrix: Sequence[Figures]) -> list[str]:
+    """Why, in words that hold no figure: two runs that agree give the same list. Only what decides counts: a
+    figure for out of band never changes a decision (it is the beta path unless a figure is against it), so it
+    is cited in the text, not here."""
+    d = decide(matrix)
+    out = [f"exposure: {f.title} leaks" for f in matrix if exposed(f)]
+    out += [f"exposure: {f.title} has no verdict" for f in matrix if not exposed(f) and not holds(f)]
+    if d.alpha is None:
+        return [*out, "no in-band option holds: no alpha default"]
+    out += [f"cost: {f.title} passed over ({'; '.join(c.split(' x')[0] for c in why)} past the threshold)"
+            for f, why in d.passed_over]  # fmt: skip
+    out.append(f"alpha default: {d.alpha.title}, blast radius: {blast_radius(d.alpha)}")
+    out.append("phasing: out of band is the beta path, never the alpha default")
+    if d.stream is not None and not holds(d.stream):
+        out.append(f"beta: {d.stream.title} does not hold")
+    out += [f"beta: against out of band, {c.figure} at {c.where} past x{THRESHOLDS[c.figure].factor:g}"
+            for c in d.against]  # fmt: skip
+    return out
+
+
+# --- the sentences ------------------------------------------------------------------------------------------
+
+
 def _ranked(safe: Sequence[Figures]) -> list[Figures]:
-    return sorted(safe, key=lambda f: (grant_rank(f), f.cost.median if f.cost else 0.0))
+    return sorted(safe, key=policy_key)
 
 
 def derive(matrix: Sequence[Figures]) -> list[str]:
@@ -157,11 +350,11 @@ def derive(matrix: Sequence[Figures]) -> list[str]:
         out.append(f"{f.title}: no verdict ({f.bypass_verdict}); it cannot be recommended from this run.")
     for f in safe:
         out.append(option_sentence(f, safe))
-    best = choose(matrix)
-    if best is None:
+    decision = decide(matrix)
+    if decision.alpha is None:
         out.append("Recommendation for the KEP: none of the measured options held against the bypass client.")
         return out
-    out.append(advice(best, safe, unsafe))
+    out.append(advice(decision, safe, unsafe))
     return out
 
 
@@ -183,20 +376,15 @@ def option_sentence(f: Figures, safe: Sequence[Figures]) -> str:
     if f.stream is not None:
         return stream_sentence(f, text)
     if f.cost is not None:
-        below = [g.title for g in safe if g.stream is None and cheaper(f, g)]
-        above = [g.title for g in safe if g.stream is None and cheaper(g, f)]
-        text += (
-            f" Per request it costs x{f.cost.median} [{f.cost.min}, {f.cost.max}] instructions against the feature off"
-        )
-        if below or above:
-            text += (f"; fewer than {', '.join(below)}" if below else "") + (
-                f"; more than {', '.join(above)}" if above else ""
-            )
-            text += " (ranges separate)."
+        c = f.cost
+        text += f" Per request it costs x{c.median} [{c.min}, {c.max}] instructions against the feature off"
+        costly = too_costly(f)
+        if costly:
+            text += f": past the threshold ({'; '.join(costly)})."
         elif f.layouts < 2:
-            text += " (one memory layout: no spread was measured, so the counts order nothing)."
+            text += " (one memory layout: no spread was measured), below the threshold."
         else:
-            text += f" ({spread_clause(f)}: within the spread of every other in-band option)."
+            text += f" ({spread_clause(f)}), below the threshold."
     return text
 
 
@@ -206,50 +394,64 @@ def spread_clause(f: Figures) -> str:
     return f"range over {f.layouts} memory layouts"
 
 
-def _cell(s: Spread, unit: str) -> str:
-    return f"{s.median:g} {unit} ({s.min:g}–{s.max:g})"
+def _cell(s: Spread | None, unit: str) -> str:
+    return "not measured" if s is None else f"{s.median:g} {unit} ({s.min:g}–{s.max:g})"
 
 
 def stream_sentence(f: Figures, text: str) -> str:
-    """Option 4's sentence: exposure and grants (``text``), then each matched-freshness cell against in band."""
+    """Option 4's sentence: exposure and grants (``text``), then each matched period against in band."""
     s = f.stream
     assert s is not None
     text = text.removesuffix(".") + "; no request carries an opt-in and no response a report"
-    per_report = f"; {f.per_report:,.0f} instructions per streamed report" if f.per_report is not None else ""
+    per_report = f"; {f.per_report.median:,.0f} instructions per streamed report" if f.per_report is not None else ""
     text += per_report + "."
     for period in s.periods:
         oob, inb = s.cell("out-of-band", period), s.cell("in-band", period)
         if oob is None or inb is None:
             continue
-        stale, wire = compare(oob.staleness, inb.staleness), compare(oob.bytes_per_s, inb.bytes_per_s)
         text += (
-            f" At a {period:g} s period (median, range over {oob.runs} runs): the weight halved in "
-            f"{_cell(oob.staleness, 's')} out of band against {_cell(inb.staleness, 's')} in band, "
-            + {"lower": "fresher", "higher": "staler", None: "which does not resolve"}[stale]
-            + f"; {_cell(oob.bytes_per_s, 'B/s')} on the wire against {_cell(inb.bytes_per_s, 'B/s')}, "
-            + {"lower": "fewer bytes", "higher": "more bytes", None: "which does not resolve"}[wire]
-            + "."
+            f" At a {period:g} s period (median, range over {oob.runs} runs, out of band against in band): the weight "
+            f"halved in {_cell(oob.staleness, 's')} against {_cell(inb.staleness, 's')}; "
+            f"{_cell(oob.delivered, 'reports/s')} delivered against {_cell(inb.delivered, 'reports/s')}; "
+            f"{_cell(oob.bytes_per_report, 'B')} per delivered report against {_cell(inb.bytes_per_report, 'B')}."
         )
+    far, near = s.remote_cell("out-of-band"), s.remote_cell("in-band")
+    if far is not None and near is not None:
+        text += (
+            f" In a remote zone at {far.lb_rps:g} load-balanced requests/s (load_aware_locality): the weight halved in "
+            f"{_cell(far.staleness, 's')} ({far.moved}/{far.runs} moved) against {_cell(near.staleness, 's')} "
+            f"({near.moved}/{near.runs})."
+        )
+    found = comparisons(f)
+    if found:
+        text += " Tests: " + "; ".join(c.clause() + (f" ({c.side})" if c.side else "") for c in found) + "."
     return text
 
 
-def advice(best: Figures, safe: Sequence[Figures], unsafe: Sequence[Figures]) -> str:
-    text = f"Recommendation for the KEP: resolve the open question with {best.title} as the default"
-    stream = next((f for f in safe if f.stream is not None), None)
-    in_band = next((f for f in safe if f.stream is None and grant_rank(f) == grant_rank(best)), None)
+def advice(d: Decision, safe: Sequence[Figures], unsafe: Sequence[Figures]) -> str:
+    best = d.alpha
+    assert best is not None
+    text = (
+        f"Recommendation for the KEP: resolve the open question with {best.title} as the default (alpha; policy: "
+        f"{blast_radius(best)}"
+    )
+    if d.passed_over:
+        text += "; cost past its threshold passed over " + ", ".join(
+            f"{f.title} ({'; '.join(why)})" for f, why in d.passed_over
+        )
+    text += ")"
     placed = [best]
-    if stream is not None and best is not stream and grant_rank(stream) == grant_rank(best):
-        assert stream.stream is not None
-        better, worse = stream_verdict(stream.stream)
-        leads = out_of_band_leads(stream.stream)
-        why = ", ".join([*better, *(f"but {w}" for w in worse)]) or "the matched figures do not resolve"
-        decided = "the figures favour in band" if leads is False else "not measured: policy, see below"
-        text += f" ({decided}); {stream.title} instead where the load balancer reads reports out of band ({why})"
-        placed.append(stream)
-    elif stream is best and in_band is not None:
-        better, _ = stream_verdict(stream.stream) if stream.stream else ([], [])
-        text += f" ({', '.join(better)}); {in_band.title} where the load balancer reads reports in band"
-        placed.append(in_band)
+    if d.stream is not None:
+        if d.beta is not None:
+            text += f"; {d.stream.title} as the beta path, where the load balancer reads reports out of band"
+            if d.supporting:
+                text += f" (figures for it: {'; '.join(c.clause() for c in d.supporting)})"
+        elif holds(d.stream):
+            text += (
+                f"; {d.stream.title} is the KEP's beta path, but these figures are against it past their "
+                f"thresholds ({'; '.join(c.clause() for c in d.against)})"
+            )
+        placed.append(d.stream)
     identity = [f for f in safe if f.grants == "any identity" and f not in placed]
     if identity:
         text += (
@@ -265,13 +467,21 @@ def advice(best: Figures, safe: Sequence[Figures], unsafe: Sequence[Figures]) ->
     return text + "."
 
 
-def timing_sentence(p: float | None) -> str:
-    """What the secret comparison's timing check showed: the sentence depends on p."""
+def timing_sentence(p: float | None, detectable_us: float | None = None, controls: dict[str, float] | None = None
+                    ) -> str:  # fmt: skip
+    """What the secret comparison's timing check showed: the sentence depends on p, and names the smallest shift
+    its positive controls were caught at (``controls``: shift in µs -> p; None: not run)."""
     if p is None:
         return "its comparison was not timed in this run"
     if p < TIMING_ALPHA:
         return f"the timing check of its comparison gave p = {p:.3g}: evidence of a timing leak (p < {TIMING_ALPHA:g})"
-    return f"the timing check of its comparison gave p = {p:.3g}: no evidence of a timing leak at p < {TIMING_ALPHA:g}"
+    text = f"the timing check of its comparison gave p = {p:.3g}: no evidence of a timing leak at p < {TIMING_ALPHA:g}"
+    if detectable_us is not None:
+        text += f"; the smallest leak its positive controls were caught at is {detectable_us:g} µs per comparison"
+    elif controls:
+        largest = max(float(k) for k in controls)
+        text += f"; its positive controls caught no shift up to {largest:g} µs: it could not have detected a leak"
+    return text
 
 
 def recommend(results: Evaluation) -> list[str]:
@@ -279,10 +489,11 @@ def recommend(results: Evaluation) -> list[str]:
     costs per connection, what the secret costs on the wire, then ``derive``."""
     opts = results.options
     fp, secret = opts["front-proxy"], opts["shared-secret"]
+    bypass = secret.bypass
     out = []
-    counted = results.instructions
-    if isinstance(counted, Instructions):
-        for certificate, c in counted.connections.items():
+    counted_ = results.instructions
+    if isinstance(counted_, Instructions):
+        for certificate, c in counted_.connections.items():
             users = [TITLES[o].split(".")[0] for o in OPTIONS if presents(o) == certificate]
             out.append(
                 f"A new TLS connection presenting the {certificate} certificate (options {', '.join(users)}) costs "
@@ -291,13 +502,14 @@ def recommend(results: Evaluation) -> list[str]:
             )
     else:
         out.append(
-            f"Instruction counts were not taken ({counted.missing}), so this run states no cost in instructions."
+            f"Instruction counts were not taken ({counted_.missing}), so this run states no cost in instructions."
         )
     out.append(
         f"The shared secret travels in every request header: {secret.hpack_request_first_bytes} HPACK bytes once per "
         f"connection, then {secret.hpack_request_bytes} per request, against {fp.hpack_request_first_bytes} and "
         f"{fp.hpack_request_bytes} for the bare opt-in; it lives in load balancer configuration and logs, and grants "
-        f"to anyone who learns it until rotated; {timing_sentence(secret.bypass.timing_p_value)}."
+        "to anyone who learns it until rotated; "
+        f"{timing_sentence(bypass.timing_p_value, bypass.timing_detectable_us, bypass.timing_controls)}."
     )
     return out + derive(figures(results))
 
@@ -313,13 +525,23 @@ def presents(option: str) -> str | None:
 
 def figures(results: Evaluation) -> list[Figures]:
     """The measured matrix as the rules read it."""
-    counted = results.instructions
-    per_request = counted.options if isinstance(counted, Instructions) else {}
-    report = counted.oob_report if isinstance(counted, Instructions) else None
+    counted_ = results.instructions
+    per_request = counted_.options if isinstance(counted_, Instructions) else {}
+    connections = counted_.connections if isinstance(counted_, Instructions) else {}
+    report = counted_.oob_report if isinstance(counted_, Instructions) else None
+    reader = per_request.get("load-reader")
+    extra = None
+    if reader is not None:  # 2b's added instructions per request, over layouts
+        off = reader.per_request_off
+        r = reader.request_ratio
+        extra = Spread(round((r.median - 1) * off), round((r.min - 1) * off), round((r.max - 1) * off))
     out = []
     for option in OPTIONS:
         cell = results.options[option]
         measured = per_request.get(option)
+        certificate = presents(option)
+        connection = connections.get(certificate) if certificate else None
+        stream = option == OUT_OF_BAND
         out.append(
             Figures(
                 option=option,
@@ -329,18 +551,35 @@ def figures(results: Evaluation) -> list[Figures]:
                 bypass_verdict=cell.bypass.verdict,
                 grants=cell.bypass.grants,
                 lb_secret="shared-secret" in option,
-                lb_certificate=presents(option) is not None,
+                lb_certificate=certificate is not None,
                 cost=measured.request_ratio if measured else None,
                 through_lb_verdict=cell.through_lb.verdict,
-                layouts=counted.repeats if isinstance(counted, Instructions) else 0,
+                layouts=counted_.repeats if isinstance(counted_, Instructions) else 0,
                 timing_p=cell.bypass.timing_p_value,
-                stream=cell.out_of_band if option == OUT_OF_BAND else None,
-                per_report=report.per_report.median if report and option == OUT_OF_BAND else None,
+                stream=cell.out_of_band if stream else None,
+                per_report=report.per_report if report and stream else None,
+                connection_cost=connection.ratio if connection else None,
+                in_band_extra=extra if stream else None,
             )
         )
     return out
 
 
 def recommended_option(results: Evaluation) -> str | None:
-    """The default as data (evaluation.json's ``recommended_option``)."""
+    """The alpha default as data (evaluation.json's ``recommended_option``)."""
     return recommended(figures(results))
+
+
+def beta_path(results: Evaluation) -> str | None:
+    """Out of band when the rules keep it as the beta path (evaluation.json's ``beta_path``)."""
+    beta = decide(figures(results)).beta
+    return beta.option if beta else None
+
+
+def run_reasons(results: Evaluation) -> list[str]:
+    return reasons(figures(results))
+
+
+def stream_verdict_rows(results: Evaluation) -> list[Comparison]:
+    """Option 4's comparisons, for the document's tables."""
+    return comparisons(next(f for f in figures(results) if f.option == OUT_OF_BAND))

@@ -4,6 +4,7 @@ recommendation derived again without measuring."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -116,7 +117,10 @@ class Exposure:
     timing_p_value: float | None
     seconds: float
     grants: Grants  # what else the load balancer's credential grants (selfsubjectreviews)
-    envoy_weights: list[float] | None = field(default=None, metadata=OMIT_NONE)  # through Envoy only
+    envoy_weights: list[float] | None = field(default=None, metadata=OMIT_NONE)  # through Envoy only: sampled
+    weights_moved: bool | None = field(default=None, metadata=OMIT_NONE)  # through Envoy: a weight left 1 and moved
+    timing_detectable_us: float | None = field(default=None, metadata=OMIT_NONE)  # smallest shift the check caught
+    timing_controls: dict[str, float] | None = field(default=None, metadata=OMIT_NONE)  # shift (µs) -> p
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,9 @@ T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 
 @dataclass(frozen=True)
 class Interval:
-    """The A/A control's 95% prediction interval for one more round's ratio: mean ± t·s·√(1 + 1/n) over its
-    rounds (two feature-off replicas against each other). A ratio inside it is what two identical replicas
+    """The A/A control's 95% prediction interval for one more round's ratio, on the log scale (a ratio's bounds
+    are then positive, and x2 and x0.5 are equally far from 1): exp(mean ± t·s·√(1 + 1/n)) of the log-ratios over
+    its rounds (two feature-off replicas against each other). A ratio inside it is what two identical replicas
     differ by; a median outside it is printed, anything else is not."""
 
     low: float
@@ -158,12 +163,13 @@ class Interval:
     @classmethod
     def of(cls, values: Sequence[float]) -> Interval:
         n = len(values)
-        if n < 2:
-            return cls(float("-inf"), float("inf"), n)  # one round: no interval, nothing resolves
-        mean, sd = statistics.fmean(values), statistics.stdev(values)
+        if n < 2 or min(values) <= 0:
+            return cls(0.0, float("inf"), n)  # one round (or a ratio that is not one): nothing resolves
+        logs = [math.log(v) for v in values]
+        mean, sd = statistics.fmean(logs), statistics.stdev(logs)
         t = T_975[min(n - 1, len(T_975)) - 1] if n - 1 <= len(T_975) else 1.96
         half = t * sd * (1 + 1 / n) ** 0.5
-        return cls(round(mean - half, 3), round(mean + half, 3), n)
+        return cls(float(f"{math.exp(mean - half):.3g}"), float(f"{math.exp(mean + half):.3g}"), n)  # never 0
 
     def holds(self, value: float) -> bool:
         return self.low <= value <= self.high
@@ -208,6 +214,8 @@ class Staleness:
     weight_before: float
     weight_after: float
     report_period: float | None = field(default=None, metadata=OMIT_NONE)  # seconds between reports, either path
+    recovery: float | None = field(default=None, metadata=OMIT_NONE)  # seconds from the step's end to recovery
+    recovered: bool = False  # the weight rose back to RECOVERED of its value before the step within the bound
 
 
 @dataclass(frozen=True)
@@ -225,6 +233,22 @@ class MatchedCell:
     bytes_runs: list[float]
     staleness_runs: list[float]
     model_bytes_per_s: float | None = field(default=None, metadata=OMIT_NONE)  # in band: the HPACK model
+    delivered_runs: list[float] = field(default_factory=list)  # reports delivered per second, per run (wire)
+    bytes_per_report_runs: list[float] = field(default_factory=list)  # bytes on the wire per delivered report
+    recovery_runs: list[float] = field(default_factory=list)  # seconds from the step's end until the weight rose back
+    recovered: int = 0  # runs whose weight rose back within the bound
+
+    @property
+    def delivered(self) -> Spread | None:
+        return Spread.of(self.delivered_runs, 2) if self.delivered_runs else None
+
+    @property
+    def bytes_per_report(self) -> Spread | None:
+        return Spread.of(self.bytes_per_report_runs, 1) if self.bytes_per_report_runs else None
+
+    @property
+    def recovery(self) -> Spread | None:
+        return Spread.of(self.recovery_runs, 2) if self.recovery_runs else None
 
     @property
     def model_error(self) -> float | None:
@@ -239,6 +263,24 @@ class MatchedCell:
 
 
 @dataclass(frozen=True)
+class RemoteCell:
+    """One path in the low-traffic remote-locality case (secure_orca/lab/staleness.py, ``remote``): the seconds
+    from a load step on the remote zone's replica until Envoy's weight for it halved."""
+
+    path: str
+    period: float
+    lb_rps: float  # load-balanced requests/s through Envoy, nearly all of them to the local zone
+    staleness: Spread
+    moved: int
+    runs: int
+    staleness_runs: list[float]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RemoteCell:
+        return cls(**{**d, "staleness": Spread(**d["staleness"])})
+
+
+@dataclass(frozen=True)
 class OutOfBand:
     """Option 4 against in band at matched freshness: the same loaded replica, the same report period."""
 
@@ -248,10 +290,15 @@ class OutOfBand:
     rps: float  # requests/s on the load-balancer connection whose bytes are counted
     repeats: int
     cells: list[MatchedCell]
+    remote: list[RemoteCell] = field(default_factory=list)  # the low-traffic remote-locality case
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> OutOfBand:
-        return cls(**{**d, "cells": [MatchedCell.from_json(c) for c in d["cells"]]})
+        cells = [MatchedCell.from_json(c) for c in d["cells"]]
+        return cls(**{**d, "cells": cells, "remote": [RemoteCell.from_json(c) for c in d.get("remote", [])]})
+
+    def remote_cell(self, path: str) -> RemoteCell | None:
+        return next((c for c in self.remote if c.path == path), None)
 
     def cell(self, path: str, period: float) -> MatchedCell | None:
         return next((c for c in self.cells if c.path == path and c.period == period), None)
@@ -360,8 +407,10 @@ class Evaluation:
     instructions: Instructions | InstrMissing
     seconds: float
     recommendation: list[str] = field(default_factory=list)
-    recommended_option: str | None = None  # the default the rules chose (None: nothing held)
-    provenance: dict[str, str] = field(default_factory=dict)  # commit, command, started (UTC)
+    recommended_option: str | None = None  # the alpha default the rules chose (None: nothing held)
+    beta_path: str | None = None  # out of band when the rules keep it as the beta path (None: they do not)
+    reasons: list[str] = field(default_factory=list)  # why, without figures: equal across runs that agree
+    provenance: dict[str, str] = field(default_factory=dict)  # commit at start and end, command, started (UTC)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Evaluation:
@@ -376,5 +425,7 @@ class Evaluation:
             seconds=d["seconds"],
             recommendation=list(d["recommendation"]),
             recommended_option=d.get("recommended_option"),
+            beta_path=d.get("beta_path"),
+            reasons=list(d.get("reasons", [])),
             provenance=dict(d.get("provenance", {})),
         )

@@ -6,7 +6,9 @@ replica's utilization far more than its request rate). Envoy's weight for that r
 ``/clusters`` every POLL seconds; the staleness is the time from the step's start until the weight is at most half
 its value before the step, bounded. In band the replica's reports reach Envoy only on responses to the requests it
 routes there (the request rate sets the pace); out of band one StreamCoreMetrics stream per replica brings a
-report every period whatever the rate. Everything else is the same: replicas, Envoy timing, traffic, step.
+report every period whatever the rate. When the weight halved, the step ends and the recovery is the time until
+the weight is back at RECOVERED of its value before the step (bounded alike). Everything else is the same:
+replicas, Envoy timing, traffic, step.
 
 What /clusters shows (envoy 1.40, measured here): a host without a valid weight (in blackout, expired, or whose
 last report CSWRR refused, e.g. an idle replica's ``rps_fractional`` 0 out of band) gets the median of the valid
@@ -18,7 +20,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from secure_orca import pki
@@ -34,6 +36,7 @@ BEFORE = 1.0  # seconds over which the weight before the step is read (median)
 STEP_CPU_MS, STEP_RPS = 100, 6  # the step: about 0.6 of a core on the loaded replica, 6 requests/s
 LB_CPU_MS = 3  # each load-balanced request
 OOB_PERIOD = 1.0  # the stream's period: the server's default floor and Envoy's default weight update period
+RECOVERED = 0.75  # after the step ends, the weight has recovered at this fraction of its value before the step
 NO_WEIGHT = 1.0  # what /clusters shows when CSWRR holds no valid weight for any host (none is ever below it)
 STEP_LABEL = f"/work?cpu_ms={STEP_CPU_MS} at {STEP_RPS} rps on one of two replicas"
 
@@ -63,22 +66,40 @@ def matched_flags(dev: pki.DevPKI, period: float) -> list[str]:
                             "--endpoint-load-metrics-oob-min-interval", ms)  # fmt: skip
 
 
+REMOTE_LB_RPS = 4.0  # the remote-locality case: low load-balanced traffic, nearly all of it to the local zone
+REMOTE_OWN_RPS = 10.0  # requests/s the remote replica serves its own zone's clients directly (not through Envoy)
+CASES = ("step", "remote")  # a load step on one of two replicas; the same step on a remote zone's replica
+
+
 def staleness(
-    dev: pki.DevPKI, out_of_band: bool, lb_rps: float, bound: float, period: float = OOB_PERIOD, delay: float = 0.0
+    dev: pki.DevPKI,
+    out_of_band: bool,
+    lb_rps: float,
+    bound: float,
+    period: float = OOB_PERIOD,
+    delay: float = 0.0,
+    remote: bool = False,
 ) -> Staleness:
     """One measurement: the seconds until the loaded replica's weight halves (``bound`` if it never did). Both
     paths get a report every ``period`` (``matched_flags``); the step starts ``delay`` seconds after the weight
     before it was read (randomise it: a fixed start would sit at a fixed phase of h2load's schedule and of the
-    sampler)."""
+    sampler). ``remote``: the replicas are in two zones behind ``load_aware_locality`` (Envoy in the first), the
+    step is on the remote one, which serves REMOTE_OWN_RPS of its own zone's clients directly; Envoy routes
+    nearly everything locally and probes the remote zone with remote_probe_fraction of its traffic (3%)."""
     argvs = [launch.serve_argv(dev, matched_flags(dev, period)) for _ in range(2)]
     settings: dict[str, Any] = {"option": "load-reader", "timing": envoy.TEST_TIMING}
     if out_of_band:
         settings["oob_period"] = period
+    if remote:
+        settings["zones"] = ("local", "remote")
     clients = 1 if lb_rps < 4 else 2
-    with lb.deployment(dev, argvs, **settings) as deployed:
-        hot = deployed.replicas[0]
+    seconds = WARMUP + BEFORE + delay + 2 * bound + 2
+    with lb.deployment(dev, argvs, **settings) as deployed, ExitStack() as own:
+        hot = deployed.replicas[1 if remote else 0]
+        if remote:
+            own.enter_context(h2load(f"{hot.url}/work?cpu_ms={LB_CPU_MS}", REMOTE_OWN_RPS, seconds))
         traffic = f"{deployed.envoy.url}/work?cpu_ms={LB_CPU_MS}"
-        with h2load(traffic, lb_rps, WARMUP + BEFORE + delay + bound + 2, clients):
+        with h2load(traffic, lb_rps, seconds, clients):  # step, then recovery
             time.sleep(WARMUP)
             seen = []
             end = time.monotonic() + BEFORE
@@ -97,6 +118,14 @@ def staleness(
                         moved = True
                         break
                     time.sleep(POLL)
+            recovered, recovery = False, bound  # the step ended: how long until the weight rises back
+            if moved:
+                ended = time.monotonic()
+                while (recovery := time.monotonic() - ended) < bound:
+                    if deployed.envoy.host(hot.port).weight >= before * RECOVERED:
+                        recovered = True
+                        break
+                    time.sleep(POLL)
     return Staleness(
         path="out-of-band" if out_of_band else "in-band",
         lb_rps=lb_rps,
@@ -105,4 +134,32 @@ def staleness(
         moved=moved,
         weight_before=round(before, 1),
         weight_after=round(weight, 1),
+        recovery=round(recovery if recovered else bound, 2),
+        recovered=recovered,
     )
+
+
+CONTROL_RPS = 20.0  # the positive control's load-balanced requests/s through Envoy
+
+
+def weight_control(deployed: lb.Deployment, replica: launch.Replica, seconds: float = 2.0) -> list[float]:
+    """A positive control of the reports reaching Envoy: traffic through it past the blackout period, then the
+    step on ``replica``; Envoy's weight for it every POLL seconds (needs ``envoy.TEST_TIMING``: the production
+    blackout is 10 s). A weight that leaves NO_WEIGHT and moves came from reports."""
+    samples = []
+    with h2load(f"{deployed.envoy.url}/work?cpu_ms={LB_CPU_MS}", CONTROL_RPS, WARMUP + 2 * seconds + 2):
+        time.sleep(WARMUP / 2)
+        with ExitStack() as step:
+            end, stepped = time.monotonic() + 2 * seconds, False
+            while (now := time.monotonic()) < end:
+                if now > end - seconds and not stepped:  # the second half under the step
+                    step.enter_context(h2load(f"{replica.url}/work?cpu_ms={STEP_CPU_MS}", STEP_RPS, seconds + 1))
+                    stepped = True
+                samples.append(round(deployed.envoy.host(replica.port).weight, 1))
+                time.sleep(POLL * 2)
+    return samples
+
+
+def weights_moved(samples: list[float]) -> bool:
+    """The positive control held: a weight other than NO_WEIGHT, and more than one value."""
+    return any(w != NO_WEIGHT for w in samples) and len(set(samples)) > 1

@@ -201,6 +201,12 @@ class TimingResult:
     median_late_us: float
     test: UTest
     reconnects: int = 0
+    controls: dict[float, float] = field(default_factory=dict)  # positive controls: shift (µs) -> p
+
+    @property
+    def detectable_us(self) -> float | None:
+        """The smallest shift the check caught among its positive controls (None: it caught none)."""
+        return next((shift for shift, p in sorted(self.controls.items()) if p < TIMING_ALPHA), None)
 
     @property
     def suspicious(self) -> bool:
@@ -219,6 +225,8 @@ class TimingResult:
             "alpha": TIMING_ALPHA,
             "suspicious": self.suspicious,
             "reconnects": self.reconnects,
+            "controls_us_p": {f"{shift:g}": p for shift, p in self.controls.items()},
+            "detectable_us": self.detectable_us,
         }
 
 
@@ -545,8 +553,27 @@ def timing_check(
             client.close()
     test = mann_whitney_u(times["early"], times["late"])
     return TimingResult(
-        samples, length, known_secret is not None, median(times["early"]), median(times["late"]), test, reconnects
+        samples,
+        length,
+        known_secret is not None,
+        median(times["early"]),
+        median(times["late"]),
+        test,
+        reconnects,
+        positive_controls(times["early"], times["late"]),
     )
+
+
+# The leaks the positive controls add, in µs per request.
+CONTROL_SHIFTS_US = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)
+
+
+def positive_controls(early: Sequence[float], late: Sequence[float]) -> dict[float, float]:
+    """The check's own sensitivity, from the samples it measured: each shift of CONTROL_SHIFTS_US added to every
+    late sample (a comparison that took that much longer when the secret matched further), and the p the same
+    test gives. The smallest shift with p < TIMING_ALPHA is the smallest leak this run would have detected on
+    this server's noise."""
+    return {shift: mann_whitney_u(early, [t + shift for t in late]).p_value for shift in CONTROL_SHIFTS_US}
 
 
 @dataclass(frozen=True)

@@ -551,3 +551,46 @@ def test_our_stream_leaks_to_no_bypass_client(oob_replica: launch.Replica, dev_p
     assert {"client-ca-front-proxy-client", "client-ca-load-reader", "none", "client"} <= identities
     assert not [r.vector.name for r in result.results if r.outcome == "leak"]
     assert result.verdict == "no-leak", result.reason
+
+
+# --- the shared-CA vector and the timing check's sensitivity -------------------------------------------------
+
+
+def test_the_shared_ca_vector_finds_a_load_reader_ca_that_is_the_client_ca(dev_pki: pki.DevPKI) -> None:
+    """Misconfiguration: --endpoint-load-metrics-client-ca-file names the CA of --client-ca-file, so an ordinary
+    user certificate carrying the load reader's CN reads load. The probe, given the client CA, mints that
+    certificate and reports the leak through it (and only through it: every other vector still gets nothing)."""
+    flags = lb.replica_flags(dev_pki, "load-reader")
+    flags[flags.index("--endpoint-load-metrics-client-ca-file") + 1] = str(dev_pki.cert("client_ca"))
+    config = ProbeConfig(
+        cacert=dev_pki.cert("ca"),
+        lb_cert=dev_pki.cert("load_reader_client"),
+        lb_key=dev_pki.key("load_reader_client"),
+        lb_load_reader=True,
+        client_ca_cert=dev_pki.cert("client_ca"),
+        client_ca_key=dev_pki.key("client_ca"),
+        timing_samples=0,
+        paths=("/version",),
+    )
+    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+        result = probe.probe(replica.url, config)
+    assert result.verdict == "leak" and result.exit_code == 1, result.reason
+    leaked = {r.vector.identity for r in result.results if r.outcome == "leak"}
+    assert leaked == {f"client-ca-{pki.LOAD_READER_CN}"}, leaked
+
+
+def test_the_timing_check_states_the_smallest_shift_its_positive_controls_caught() -> None:
+    """Each control adds a shift to every late sample of the measured noise: a quieter server shows a smaller
+    leak, and a shift well past the noise is always caught."""
+    rng = random.Random(1)
+    quiet = [rng.gauss(50, 1) for _ in range(800)]
+    noisy = [rng.gauss(50, 20) for _ in range(800)]
+    small = probe.positive_controls(quiet[:400], quiet[400:])
+    large = probe.positive_controls(noisy[:400], noisy[400:])
+    assert set(small) == set(probe.CONTROL_SHIFTS_US)
+    caught_quiet = min(s for s, p in small.items() if p < probe_stats.TIMING_ALPHA)
+    caught_noisy = min(s for s, p in large.items() if p < probe_stats.TIMING_ALPHA)
+    assert caught_quiet < caught_noisy <= 30
+    timing = probe.TimingResult(400, 43, True, 50, 50, probe_stats.mann_whitney_u(quiet[:400], quiet[400:]),
+                                controls=small)  # fmt: skip
+    assert timing.detectable_us == caught_quiet and timing.to_json()["detectable_us"] == caught_quiet
