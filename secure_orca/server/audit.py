@@ -19,7 +19,10 @@ redacted and written by one writer thread. ``--audit-log-mode`` is kube's (``pkg
 queue full awaits room before its response completes (the loop never blocks, no event is lost, the client that
 floods is the one that waits) and a write error is counted and ignored; ``blocking-strict`` also refuses new
 requests (500) while the log cannot be written, as kube fails a request whose RequestReceived event is not
-stored; ``batch`` drops an event that finds the queue full, counts it and logs it (rate-limited).
+stored; ``batch`` drops an event that finds the queue full, counts it and logs it (rate-limited). In
+``blocking-strict`` a response sent whole is held until its event is written, and is a 500 when it is not; with a
+writer process (``serve --workers``) both blocking modes hand the event to it before the response's last message
+(``AuditLog.deliver``), so a worker that dies after answering cannot take the event with it.
 
 No header value is written except the User-Agent. Redaction does a bounded amount of work per event whatever the
 client sends: the configured secrets and tokens are one precompiled matcher (rebuilt only when they change), and
