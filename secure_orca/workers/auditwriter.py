@@ -225,6 +225,7 @@ class Relay:
                     log.warning("audit log: cannot hand events to the writer process (%s)", errno_text(error))
                 self.failing = True
                 return False
+        self.failing = False  # the socket takes messages again: blocking-strict stops refusing
         if not acknowledged:
             return True
         fate: asyncio.Future[bool] = loop.create_future()
