@@ -208,7 +208,8 @@ def test_blocking_strict_refuses_while_the_log_cannot_be_written() -> None:
         assert sent[0]["status"] == 200
     finally:
         log.stop()
-    assert len([line for line in sink.data.split(b"\n") if line]) == 2  # the refused request's event and the last one's (after a fresh line)
+    written = [line for line in sink.data.split(b"\n") if line]  # a fresh line after the failed write
+    assert len(written) == 2  # the refused request's event and the last one's
 
 
 def test_an_unknown_mode_is_refused_as_kube() -> None:
