@@ -65,7 +65,8 @@ SECRETS = {
 
 @dataclass(frozen=True)
 class Resources:
-    """One container's requests (= limits): CPU in millicores, memory in MiB."""
+    """One container's requests (= limits): CPU in millicores, memory in MiB (with ``workers``: about 60 + 6 per
+    worker at idle, plus what connections hold; docs/operations.md, "Memory limit, --workers and the OOM killer")."""
 
     milli_cpu: int = 1000
     memory_mib: int = 256

@@ -19,7 +19,10 @@ redacted and written by one writer thread. ``--audit-log-mode`` is kube's (``pkg
 queue full awaits room before its response completes (the loop never blocks, no event is lost, the client that
 floods is the one that waits) and a write error is counted and ignored; ``blocking-strict`` also refuses new
 requests (500) while the log cannot be written, as kube fails a request whose RequestReceived event is not
-stored; ``batch`` drops an event that finds the queue full, counts it and logs it (rate-limited).
+stored; ``batch`` drops an event that finds the queue full, counts it and logs it (rate-limited). In
+``blocking-strict`` a response sent whole is held until its event is written, and is a 500 when it is not; with a
+writer process (``serve --workers``) both blocking modes hand the event to it before the response's last message
+(``AuditLog.deliver``), so a worker that dies after answering cannot take the event with it.
 
 No header value is written except the User-Agent. Redaction does a bounded amount of work per event whatever the
 client sends: the configured secrets and tokens are one precompiled matcher (rebuilt only when they change), and
@@ -99,6 +102,11 @@ class Relay(Protocol):
 
     def send(self, lines: list[bytes]) -> int: ...
 
+    async def deliver(self, data: bytes, acknowledged: bool) -> bool:
+        """On the event loop: one line handed to the writer process before this returns (False: it could not
+        be); with ``acknowledged``, only once that process wrote it (True) or lost it (False)."""
+        ...
+
     def update(self, audit: AuditLog) -> None: ...
 
 
@@ -131,6 +139,7 @@ class AuditLog:
         self.written = self.dropped = self.write_errors = 0
         self.broken = False  # the last write failed: the next one starts on a fresh line
         self.relay: Relay | None = None  # serve --workers: the lines go to the one writer process instead
+        self.promises = mode == BLOCKING_STRICT  # a response's end awaits ``deliver`` (see ``attach``)
         self._known: frozenset[str] = frozenset()
         self.redactor = Redactor()  # the matcher of the configured credentials in force
         self.redactors_built = 0
@@ -142,7 +151,32 @@ class AuditLog:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drop_logged = -DROP_LOG_INTERVAL
         self._stop = threading.Event()
+        self._kick = threading.Event()  # wakes the writer thread before its period (blocking-strict)
         self._thread: threading.Thread | None = None
+
+    def attach(self, relay: Relay) -> None:
+        """``serve --workers``: lines go to the writer process; in both blocking modes a response's end awaits
+        its event's hand-over, so a worker killed after it answered cannot take the event with it."""
+        self.relay, self.promises = relay, self.mode != BATCH
+
+    async def deliver(self, record: AuditRecord) -> bool:
+        """A blocking mode's promise, as the response ends (``promises``); returns whether it may end normally.
+
+        With a writer process, the line is built here and handed to that process before this returns (awaiting
+        the socket's room): kube's blocking backend writes before the response is sent. In ``blocking`` this
+        returns True whatever became of the event (kube ignores the error, it is counted); in
+        ``blocking-strict`` only once the event is written (True) or known lost (False). One process in
+        ``blocking-strict``: the record is queued, the writer thread woken, and its write awaited."""
+        strict = self.mode == BLOCKING_STRICT
+        if self.relay is not None:
+            data = (line(record, self._redactor()) + "\n").encode("utf-8", "backslashreplace")
+            return await self.relay.deliver(data, strict) or not strict
+        self._loop = loop = asyncio.get_running_loop()
+        record.fate = fate = loop.create_future()
+        if not self.offer(record):
+            await self.wait(record)
+        self._kick.set()
+        return await fate
 
     @property
     def waiting(self) -> int:
@@ -244,15 +278,20 @@ class AuditLog:
             records = [pop() for _ in range(min(len(self.queue), batch))]
             if not records:
                 return done
+            written = 0
             try:
-                done += self._write(records)
+                written = self._write(records)
+                done += written
             finally:
                 with self._lock:
                     self.removed_bytes += sum(map(_SIZE, records))
                     loop = self._loop if self._waiters else None
-                if loop is not None:
-                    with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
+                fates = [r.fate for r in records if r.fate is not None]
+                with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
+                    if loop is not None:
                         loop.call_soon_threadsafe(self._wake)
+                    if fates and self._loop is not None:
+                        self._loop.call_soon_threadsafe(_settle, fates, written == len(records))
         return done
 
     def _write(self, records: list[AuditRecord]) -> int:
@@ -271,7 +310,9 @@ class AuditLog:
         return len(records)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period):
+        while not self._stop.is_set():
+            self._kick.wait(self.period)
+            self._kick.clear()  # a record queued before it was set is drained now, one queued after wakes again
             self._drain_safely()
         self._drain_safely()
 
@@ -290,11 +331,18 @@ class AuditLog:
 
     def stop(self) -> None:
         self._stop.set()
+        self._kick.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         close = getattr(self.sink, "close", None)
         if close is not None and self.sink is not sys.stdout.buffer:
             close()
+
+
+def _settle(fates: list[asyncio.Future[bool]], written: bool) -> None:
+    for fate in fates:
+        if not fate.done():  # its request may have been cancelled
+            fate.set_result(written)
 
 
 class KnownSecrets:
@@ -328,7 +376,12 @@ def _final(message: Message, trailers: bool) -> bool:
 
 class AuditMiddleware:
     """The outermost layer: one AuditRecord per HTTP request, queued as its response ends (in a blocking mode,
-    the response's last message waits for room in the queue)."""
+    the response's last message waits for room in the queue, or, when the log ``promises``, for ``deliver``).
+
+    In ``blocking-strict`` a response's start is held until its first body: a response sent whole (start, then
+    one last body: every response but a stream's) goes out only once its event is written, and is a 500 instead
+    when it is not. A streamed response's status went out before its event existed: as kube's ResponseComplete
+    stage, a failure then is counted and the response ends."""
 
     def __init__(self, app: ASGIApp, audit: AuditLog) -> None:
         self.app = app
@@ -347,24 +400,35 @@ class AuditMiddleware:
             audit.submit(record)  # the writer tries the log again with it
             return
         queued = trailers = False
+        hold = audit.mode == BLOCKING_STRICT
+        held: Message | None = None
 
         def audited(message: Message) -> Awaitable[None]:
             """Not a coroutine: it returns ``send``'s own awaitable (one coroutine less per message), or, when the
             queue has no room in a blocking mode, one that first waits for room (the client waits, before its
             response ends)."""
-            nonlocal queued, trailers
+            nonlocal queued, trailers, held
             kind = message["type"]
             if kind == "http.response.start":
                 record.responded(message["status"], message.get("headers") or ())
                 trailers = bool(message.get("trailers", False))
+                if hold and not trailers:
+                    held = message
+                    return _nothing()
             elif not queued and (
                 not (trailers or message.get("more_body", False))
                 if kind == "http.response.body"
                 else _final(message, trailers)
             ):  # the common last body inline; ``_final`` says the rest
                 queued, record.stage = True, time.time_ns()
+                if audit.promises:
+                    start, held = held, None
+                    return _promised(audit, record, send, start, message)
                 if not audit.offer(record):
                     return _after_room(audit, record, send, message)
+            if held is not None:  # a streamed body: its start goes first
+                start, held = held, None
+                return _in_turn(send, start, message)
             return send(message)
 
         try:
@@ -374,6 +438,25 @@ class AuditMiddleware:
                 record.stage = time.time_ns()
                 if not audit.offer(record):
                     await audit.wait(record)
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _in_turn(send: Send, *messages: Message) -> None:
+    for message in messages:
+        await send(message)
+
+
+async def _promised(audit: AuditLog, record: AuditRecord, send: Send, start: Message | None, last: Message) -> None:
+    """The response's last message once ``deliver`` allows it; a response held whole is a 500 when not."""
+    if await audit.deliver(record):
+        await _in_turn(send, start, last) if start is not None else await send(last)
+    elif start is not None:
+        await _refuse(send)
+    else:
+        await send(last)
 
 
 async def _after_room(audit: AuditLog, record: AuditRecord, send: Send, message: Message) -> None:

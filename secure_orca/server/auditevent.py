@@ -4,6 +4,7 @@ charged in bytes) and its rendering as kube's ``audit.k8s.io/v1`` ``Event`` JSON
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import json
@@ -40,7 +41,7 @@ class AuditRecord:
     copied from the scope when the request arrives (the scope itself is not kept), and ``size`` is what the record
     is charged in the queue: its strings plus a constant, an upper bound of the memory it keeps."""
 
-    __slots__ = ("agent", "audit_id", "client", "decision", "forwarded", "front_proxy", "method", "path",
+    __slots__ = ("agent", "audit_id", "client", "decision", "fate", "forwarded", "front_proxy", "method", "path",
                  "presented", "query", "real", "received", "report", "size", "stage", "status", "user")  # fmt: skip
 
     def __init__(self, scope: Scope) -> None:
@@ -79,6 +80,7 @@ class AuditRecord:
         self.decision = Reason.NO_OPT_IN
         self.report = NO_REPORT
         self.audit_id = b""  # the response's Audit-Id header, when it sent one
+        self.fate: asyncio.Future[bool] | None = None  # blocking-strict: set to whether its event was written
 
     def responded(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """The response started: its status, how a report reached the caller, and its Audit-Id (kube's header:

@@ -1,5 +1,9 @@
 """The audit log's file: kube's ``--audit-log-path`` (``-`` for standard out; mode 0600 in a 0700 directory)
-with lumberjack's rotation by size (``--audit-log-maxsize``, ``--audit-log-maxbackup``)."""
+with lumberjack's rotation by size (``--audit-log-maxsize``, ``--audit-log-maxbackup``).
+
+A regular file only ever holds whole lines: a write that fails part-way (a full disk: ENOSPC, or EFBIG) is
+rolled back, the file truncated to where that write began, and a file found ending in a partial line when it is
+opened (its writer killed in the middle of a write) is cut back to its last newline first."""
 
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ class RotatingFile:
             st = os.fstat(fd)
             self.size = st.st_size
             self.regular = stat.S_ISREG(st.st_mode)  # a device or a pipe is never renamed
+            if self.regular and self.size:
+                self.size = _whole_lines(self.path, fd, self.size)
         return self.file
 
     def backups(self) -> list[Path]:
@@ -53,8 +59,17 @@ class RotatingFile:
         if self.regular and self.max_bytes and self.size and self.size + len(data) > self.max_bytes:
             self._rotate()
             file = self._open()
-        self.size += len(data)
-        file.write(data)
+        if not self.regular:
+            file.write(data)
+            return
+        start, view = self.size, memoryview(data)
+        try:
+            while view:  # a short write (the disk filling) is followed by the one that raises
+                view = view[file.write(view) or 0 :]
+        except OSError:
+            os.ftruncate(file.fileno(), start)  # frees what the failed write took: never refused for space
+            raise
+        self.size = start + len(data)
 
     def close(self) -> None:
         if self.file is not None:
@@ -62,12 +77,35 @@ class RotatingFile:
             self.file = None
 
 
+def _whole_lines(path: Path, fd: int, size: int, chunk: int = 64 * 1024) -> int:
+    """Cut the file ``path`` (open for writing as ``fd``) of ``size`` bytes back to its last newline (none:
+    empty); returns its new size."""
+    end = size
+    reader = os.open(path, os.O_RDONLY)
+    try:
+        while end > 0:
+            start = max(0, end - chunk)
+            tail = os.pread(reader, end - start, start)
+            if end == size and tail.endswith(b"\n"):
+                return size
+            cut = tail.rfind(b"\n")
+            if cut >= 0:
+                end = start + cut + 1
+                break
+            end = start
+    finally:
+        os.close(reader)
+    log.warning("audit log: %d bytes of a partial line at the end of the file removed", size - end)
+    os.ftruncate(fd, end)
+    return end
+
+
 def append(sink: Any, data: bytes, broken: bool) -> bool:
     """Write whole lines to ``sink`` and flush; returns whether this write failed (then said once, at the first
-    failure). After a failed write (``broken``) the data starts on a fresh line: a partial line is never
-    continued."""
+    failure). A RotatingFile of a regular file rolls a failed write back; on any other sink (standard out, a
+    pipe) the data after a failed write (``broken``) starts on a fresh line: a partial line is never continued."""
     try:
-        sink.write((b"\n" + data) if broken else data)
+        sink.write((b"\n" + data) if broken and not getattr(sink, "regular", False) else data)
         flush = getattr(sink, "flush", None)
         if flush is not None:
             flush()

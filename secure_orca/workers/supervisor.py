@@ -42,7 +42,7 @@ from secure_orca.workers.auditwriter import AuditWriter
 from secure_orca.workers.balance import BoardBalance
 from secure_orca.workers.board import SupervisorFigures
 from secure_orca.workers.credentials import CredentialReader
-from secure_orca.workers.lifeline import die_with_parent
+from secure_orca.workers.lifeline import die_with_parent, offer_to_oom_killer
 from secure_orca.workers.sampling import ServerSampler, WorkerSampler
 
 log = logging.getLogger("secure_orca.workers")
@@ -168,6 +168,7 @@ class Supervisor:
 
     def _spawn(self, index: int) -> None:
         def work() -> int:
+            offer_to_oom_killer()  # under a memory limit the kernel takes a worker, never the supervisor
             if self.metrics is not None:
                 self.metrics.socket.close()
             sampler = self.server.sampler

@@ -18,6 +18,7 @@ import logging
 import random
 import string
 import sys
+import time
 import tracemalloc
 from collections.abc import MutableMapping
 from typing import Any
@@ -185,21 +186,30 @@ def test_blocking_mode_the_flooding_request_waits_and_nothing_is_lost() -> None:
 
 
 def test_blocking_strict_refuses_while_the_log_cannot_be_written() -> None:
-    """kube's blocking-strict: a request whose event cannot be stored fails (500, kube's text); the refused
-    request's event makes the writer try again, and serving resumes once a write succeeds."""
+    """kube's blocking-strict: a request whose event cannot be stored fails (500, kube's text). A response is held
+    until the writer thread wrote its event, so the first request after the disk filled fails too (issue 40); the
+    refused request's event makes the writer try again, and serving resumes once a write succeeds."""
     sink = _Sink()
-    log = audit.AuditLog(sink, mode=audit.BLOCKING_STRICT)
+    log = audit.AuditLog(sink, mode=audit.BLOCKING_STRICT, period=0.01)
     sink.full = True
-    asyncio.run(_request(log, _scope(CONTROL_AUTHORIZATION), []))
-    assert log.drain() == 0 and log.broken
-    sent: list[dict[str, Any]] = []
-    asyncio.run(_request(log, _scope(CONTROL_AUTHORIZATION), sent))
-    assert sent[0]["status"] == 500 and sent[1]["body"] == b"Internal Server Error: failed to store audit event"
-    sink.full = False
-    assert log.drain() == 1 and not log.broken
-    sent.clear()
-    asyncio.run(_request(log, _scope(CONTROL_AUTHORIZATION), sent))
-    assert sent[0]["status"] == 200
+    log.start()
+    try:
+        for _ in range(2):  # the held response whose write failed, then one refused at once
+            sent: list[dict[str, Any]] = []
+            asyncio.run(_request(log, _scope(CONTROL_AUTHORIZATION), sent))
+            assert sent[0]["status"] == 500 and sent[1]["body"] == b"Internal Server Error: failed to store audit event"
+        assert log.broken
+        sink.full = False
+        deadline = time.monotonic() + 10
+        while log.broken and time.monotonic() < deadline:  # the refused request's event, written at the next try
+            time.sleep(0.01)
+        sent.clear()
+        asyncio.run(_request(log, _scope(CONTROL_AUTHORIZATION), sent))
+        assert sent[0]["status"] == 200
+    finally:
+        log.stop()
+    written = [line for line in sink.data.split(b"\n") if line]  # a fresh line after the failed write
+    assert len(written) == 2  # the refused request's event and the last one's
 
 
 def test_an_unknown_mode_is_refused_as_kube() -> None:

@@ -37,6 +37,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import cast
 
+import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
@@ -134,6 +135,9 @@ def malformed(headers: list[tuple[bytes, bytes]], trailers: bool = False) -> boo
     )
 
 
+_CLOSED = h2.connection.ConnectionState.CLOSED
+
+
 class GatewayH2Protocol(H2Protocol):
     """hypercorn's HTTP/2 protocol with the gateway's inbound pipeline (see the module's docstring). ``config``
     gives streams unbounded application queues (``serve.GatewayConfig.h2``): ``BodyFlow`` bounds them."""
@@ -185,7 +189,13 @@ class GatewayH2Protocol(H2Protocol):
                 kept.append(reset)
             else:
                 kept.append(event)
-        await super()._handle_events(kept)  # also sends what skipped frames queued (hypercorn flushes at the end)
+        try:
+            await super()._handle_events(kept)  # also sends what skipped frames queued (hypercorn flushes at the end)
+        except h2.exceptions.ProtocolError:
+            # At shutdown hypercorn resets each new stream, and the connection may close between two of them (its
+            # last stream ended): h2 refuses the reset. Nothing is left to send on a closed connection.
+            if not (self.context.terminated.is_set() and self.connection.state_machine.state is _CLOSED):
+                raise
 
     def _late_body(self, data: h2.events.DataReceived) -> None:
         """DATA for a stream whose response hypercorn already completed (it dropped the stream), or that was

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import h2.connection
+from h2.stream import StreamState
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.asyncio.task_group import TaskGroup
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.asyncio.worker_context import WorkerContext
 from hypercorn.config import Config
-from hypercorn.events import RawData
+from hypercorn.events import Closed, Event, RawData
 from hypercorn.typing import (
     AppWrapper,
     ASGIFramework,
@@ -201,10 +202,28 @@ class GatewayTCPServer(TCPServer):
         finally:
             await self._close()
 
+    def answering(self) -> bool:
+        """Whether a request of this connection is being answered: HTTP/2, a stream whose request has arrived
+        whole (half-closed by the client) and whose response has not ended; HTTP/1.1, as before (hypercorn
+        closes an idle one itself at shutdown); False before a protocol runs."""
+        protocol = getattr(self, "protocol", None)
+        if not isinstance(protocol, GatewayH2Protocol):
+            return protocol is not None
+        streams = protocol.connection.streams.values()
+        return any(s.state_machine.state is StreamState.HALF_CLOSED_REMOTE for s in streams)
+
     def _h2(self) -> GatewayH2Protocol | None:
         """The connection's HTTP/2 protocol, or None (HTTP/1.1, or not started yet)."""
         protocol = getattr(self, "protocol", None)  # set by run once the connection starts
         return protocol if isinstance(protocol, GatewayH2Protocol) else None
+
+    async def protocol_send(self, event: Event) -> None:
+        """hypercorn's, but a connection ended under its streams (aborted at shutdown: ``end_connections``) is
+        closed for them rather than written to: asyncio's SSL transport raises AttributeError after an abort."""
+        if isinstance(event, RawData) and self.writer.is_closing():
+            await self.protocol.handle(Closed())
+            return
+        await super().protocol_send(event)
 
     async def _send_raw(self, data: bytes) -> None:
         if self.close_state.phase is Phase.CLOSED or self.writer.is_closing():
@@ -349,13 +368,15 @@ async def serve(
     context = WorkerContext(None)
     state: dict[str, Any] = {}
     connections: dict[asyncio.Task[Any], tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+    servers: dict[asyncio.Task[Any], GatewayTCPServer] = {}
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        server = GatewayTCPServer(wrapped, loop, config, context, state, reader, writer)
         if task is not None:
-            connections[task] = reader, writer
-            task.add_done_callback(lambda done: connections.pop(done, None))
-        await GatewayTCPServer(wrapped, loop, config, context, state, reader, writer)
+            connections[task], servers[task] = (reader, writer), server
+            task.add_done_callback(lambda done: (connections.pop(done, None), servers.pop(done, None)))
+        await server
 
     if options.sock is not None and options.balance is not None:  # a worker: accept in turn with its siblings
         accepting = loop.create_task(
@@ -383,9 +404,31 @@ async def serve(
     finally:
         await context.terminated.set()  # idle connections close at once
         await stop_accepting()
+        await drain(connections, lambda task: task in servers and servers[task].answering(), options.graceful_timeout)
+
+
+async def drain(
+    connections: dict[asyncio.Task[Any], tuple[asyncio.StreamReader, asyncio.StreamWriter]],
+    answering: Callable[[asyncio.Task[Any]], bool],
+    timeout: float,
+) -> None:
+    """At shutdown: connections answering a request get up to ``timeout`` to finish; every other one is ended
+    at once (a client that sent nothing, or only part of a request, e.g. a body it never sends, holds no
+    request the server is answering: h2spec's sessions left such connections, and the whole grace period was
+    waited). Ends when the last answered request does."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    ended = 0
+    while connections and loop.time() < deadline:
+        idle = {task: ends for task, ends in connections.items() if not answering(task)}
+        if idle:
+            ended += len(idle)
+            await end_connections(idle)
         if connections:
-            _, pending = await asyncio.wait(set(connections), timeout=options.graceful_timeout)
-            await end_connections({task: connections[task] for task in pending if task in connections})
+            await asyncio.wait(set(connections), timeout=min(0.05, max(0.0, deadline - loop.time())))
+    if ended:
+        log.info("at shutdown, %d connections held no request being answered; ended them", ended)
+    await end_connections(dict(connections))
 
 
 def _closer(listener: asyncio.Server) -> Callable[[], Awaitable[None]]:
