@@ -59,6 +59,10 @@ class Server:
         if config.serving.metrics_address:
             metrics = Metrics(sampler, lambda: verifications(app))
             app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
+            if proxy is not None:
+                from secure_orca.server.proxymetrics import RouteCollector
+
+                metrics.registry.register(RouteCollector(proxy.metrics))
         context = make_server_context(material.serving, material.anchors())
         authentication = app.app if isinstance(app.app, AuthenticationMiddleware) else None
         oob = None
@@ -188,11 +192,11 @@ def build_app(
     inner = backend
     proxy = None
     if config.backend.routes:
+        from secure_orca.server.backendload import BackendReports
         from secure_orca.server.proxy import ProxyApp
 
-        proxy = ProxyApp(
-            config.backend.routes, backend, config.backend.proxy_timeout, client_cert=material.proxy_client
-        )
+        reports = BackendReports(sampler, config.load_metrics.decimals)
+        proxy = ProxyApp(config.backend.routes, backend, config.backend.limits, material.proxy_client, reports)
         inner = proxy
     tokens = TokenFile(material.tokens) if material.tokens else None
     authenticated = AuthenticationMiddleware(
