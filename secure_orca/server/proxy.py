@@ -467,7 +467,7 @@ class ProxyApp:
             start: Message = {"type": "http.response.start", "status": response.status_code, "headers": headers}
             if grant is not None and route.report != "local" and self.reports is not None:
                 carried = self.reports.carried(route.report, grant.format, response.headers.raw)
-                if carried is not None:
+                if carried is not None or route.report == "backend":  # no backend report: none (merged: ours)
                     start[REPORT_KEY] = carried
             state.started = True
             await send(start)

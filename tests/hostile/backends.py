@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -214,3 +215,41 @@ def streaming_backend() -> Iterator[tuple[str, list[Generation]]]:
 
     with serving(Handler) as url:
         yield url, generations
+
+
+KV_CACHE = 0.42  # what ``reporting_backend`` reports, as vLLM names it
+
+
+@contextmanager
+def reporting_backend() -> Iterator[tuple[str, Recorded]]:
+    """A backend that answers ``endpoint-load-metrics-format`` as vLLM does, to anyone (``text`` or ``json``, in
+    any letter case; ``/garbage`` answers a report Envoy would refuse), and records every request's headers as
+    received, in their own spelling."""
+    recorded = Recorded()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            recorded.record(self)
+            body = b'{"object":"list"}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            wanted = (self.headers.get("endpoint-load-metrics-format") or "").lower()
+            metrics = f"named_metrics.kv_cache_usage_perc={KV_CACHE}, named_metrics.num_requests_waiting=2.0"
+            if self.path.endswith("/garbage") and wanted:
+                self.send_header("endpoint-load-metrics", "TEXT named_metrics.kv_cache_usage_perc=-1")
+            elif wanted == "text":
+                self.send_header("endpoint-load-metrics", f"TEXT {metrics}")
+            elif wanted == "json":
+                report = {"named_metrics": {"kv_cache_usage_perc": KV_CACHE, "num_requests_waiting": 2.0}}
+                self.send_header("endpoint-load-metrics", "JSON " + json.dumps(report))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serving(Handler) as url:
+        yield url, recorded
