@@ -196,7 +196,8 @@ def build_app(
         from secure_orca.server.proxy import ProxyApp
 
         reports = BackendReports(sampler, config.load_metrics.decimals)
-        proxy = ProxyApp(config.backend.routes, backend, config.backend.limits, material.proxy_client, reports)
+        require = config.backend.readiness == "require"
+        proxy = ProxyApp(config.backend.routes, backend, config.backend.limits, material.proxy_client, reports, require)
         inner = proxy
     tokens = TokenFile(material.tokens) if material.tokens else None
     authenticated = AuthenticationMiddleware(

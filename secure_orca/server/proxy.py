@@ -35,7 +35,8 @@ from secure_orca.authn.requestheader import upstream_headers
 from secure_orca.authn.user import ANONYMOUS
 from secure_orca.credentials.kinds import KeyPair
 from secure_orca.orca.dialect import DIALECT_BYTES, DIALECT_SPELLINGS
-from secure_orca.server.asgi import NO_BODY_STATUSES, ASGIApp, Message, Receive, Scope, Send, respond_json
+from secure_orca.orca.headers import spellings
+from secure_orca.server.asgi import NO_BODY_STATUSES, ASGIApp, Message, Receive, Scope, Send, respond, respond_json
 from secure_orca.server.authentication import AUTHORIZATION_KEY, FRONT_PROXY_KEY, current_user
 from secure_orca.server.backendload import GRANT_KEY, REPORT_KEY, BackendReports, Grant
 from secure_orca.server.http.control import STREAM_CONTROL_KEY
@@ -153,6 +154,7 @@ BAD_REQUEST = error_body("kube", 400)
 # kube's max-in-flight filter answers 429 with ``Retry-After: 1`` (k8s.io/apiserver
 # 008b3652959ca58af8be3fb5b6ecfe9ae7638282, pkg/server/filters/maxinflight.go, tooManyRequests).
 RETRY_AFTER = (b"retry-after", b"1")
+READY_INTERVAL = 1.0  # seconds: /readyz checks the backends at most this often
 
 
 def limit_key(scope: Scope) -> tuple[str, str]:
@@ -192,7 +194,10 @@ class InFlight:
             del self.counts[key]
 
 
-_FORWARDED = frozenset({b"forwarded", b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"})
+# every spelling a backend could read as one of them (CGI and WSGI read ``_`` as ``-``)
+_FORWARDED = frozenset().union(
+    *(spellings(name) for name in (b"forwarded", b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"))
+)
 _NEVER_FORWARDED = _FORWARDED | DIALECT_SPELLINGS  # set by the proxy alone; the dialect only for the entitled
 
 
@@ -258,8 +263,11 @@ class ProxyApp:
         limits: ProxyLimits | None = None,
         client_cert: KeyPair | None = None,
         reports: BackendReports | None = None,
+        require_backends: bool = False,
     ) -> None:
         limits = limits or ProxyLimits()
+        self.require_backends = require_backends  # --proxy-readiness=require: /readyz fails while one is down
+        self.checked_at, self.last_down = -READY_INTERVAL, list[str]()
         self.routes = sorted(routes, key=lambda r: len(r.prefix), reverse=True)
         self.fallback = fallback
         self.in_flight = InFlight(limits.max_in_flight_per_user, limits.max_in_flight_anonymous)
@@ -297,6 +305,13 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = self.route(scope["path"]) if scope["type"] == "http" else None
         if route is None:
+            if self.require_backends and scope.get("path") == "/readyz":
+                down = await self.down()
+                if down:  # kube's readyz text: one line per failed check, then the verdict
+                    lines = "".join(f"[-]backend {prefix} failed: unreachable\n" for prefix in down)
+                    body = (lines + "readyz check failed\n").encode()
+                    await respond(send, 503, body, [(b"content-type", b"text/plain; charset=utf-8")])
+                    return
             await self.fallback(scope, receive, send)
             return
         await self.forward(route, scope, receive, send)
@@ -491,8 +506,13 @@ class ProxyApp:
             await response.aclose()
         return response.status_code
 
-    async def ready(self) -> list[str]:
-        """The prefixes whose backend cannot be reached now (a TCP connection, then closed)."""
+    async def down(self) -> list[str]:
+        """The prefixes whose backend cannot be reached (a TCP connection, then closed), checked at most once a
+        second however often /readyz is asked (an anonymous client cannot make the gateway dial out faster)."""
+        now = asyncio.get_running_loop().time()
+        if now - self.checked_at < READY_INTERVAL:
+            return self.last_down
+        self.checked_at = now
         down = []
         for prefix, url in self.upstreams.items():
             port = url.port or (443 if url.scheme == "https" else 80)
@@ -502,6 +522,7 @@ class ProxyApp:
                 writer.close()
             except (OSError, TimeoutError):
                 down.append(prefix)
+        self.last_down = down
         return down
 
     async def aclose(self) -> None:
