@@ -23,13 +23,22 @@ whatever ORCA headers an upstream returns are removed by the middleware on the w
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import re
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from http import HTTPStatus
 from urllib.parse import unquote_to_bytes
 
 import httpx
+
+if importlib.util.find_spec("sniffio") is None:
+    # httpcore imports sniffio afresh for every lock it makes (httpcore/_synchronization.py,
+    # current_async_library): when it is not installed, each request paid several failing imports, a search of
+    # sys.path each (a third of the proxy's CPU under load: benchmarks/proxy_cost.py). Marking it absent once
+    # makes the import fail at once, with the same meaning (asyncio).
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 from secure_orca.authn.requestheader import upstream_headers
 from secure_orca.authn.user import ANONYMOUS
@@ -154,6 +163,7 @@ BAD_REQUEST = error_body("kube", 400)
 # kube's max-in-flight filter answers 429 with ``Retry-After: 1`` (k8s.io/apiserver
 # 008b3652959ca58af8be3fb5b6ecfe9ae7638282, pkg/server/filters/maxinflight.go, tooManyRequests).
 RETRY_AFTER = (b"retry-after", b"1")
+POOL_SHARDS = 8  # small pools per route (see ProxyApp.__init__)
 READY_INTERVAL = 1.0  # seconds: /readyz checks the backends at most this often
 
 
@@ -278,10 +288,16 @@ class ProxyApp:
             client_cert.load_into(tls)
         # No Accept-Encoding of our own: a client that asked for none gets an uncompressed body.
         identity = {"accept-encoding": "identity"}
+        # Each route's pool is split in shards, a request going to the shard with the fewest in flight: httpcore's
+        # pool scans its connections for every connection on every request's start and end (quadratic in the
+        # connections held: benchmarks/proxy_cost.py), so a few small pools cost far less than one large one.
+        shards = min(POOL_SHARDS, limits.max_connections)
         pool = httpx.Limits(
-            max_connections=limits.max_connections, max_keepalive_connections=limits.max_idle_connections
+            max_connections=-(-limits.max_connections // shards),
+            max_keepalive_connections=-(-limits.max_idle_connections // shards),
         )
-        self.clients: dict[str, httpx.AsyncClient] = {}
+        self.clients: dict[str, list[httpx.AsyncClient]] = {}
+        self.shard_load: dict[str, list[int]] = {}
         self.upstreams: dict[str, httpx.URL] = {}
         for route in self.routes:
             # The timeouts of the route are the proxy's own (first byte, idle, total); httpx bounds connecting,
@@ -289,9 +305,11 @@ class ProxyApp:
             timeout = httpx.Timeout(
                 connect=limits.connect_timeout, read=None, write=route.idle_timeout, pool=route.first_byte_timeout
             )
-            self.clients[route.prefix] = httpx.AsyncClient(
-                timeout=timeout, follow_redirects=False, verify=tls, headers=identity, limits=pool
-            )
+            self.clients[route.prefix] = [
+                httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=tls, headers=identity, limits=pool)
+                for _ in range(shards)
+            ]
+            self.shard_load[route.prefix] = [0] * shards
             self.upstreams[route.prefix] = httpx.URL(route.upstream)
             self.metrics.add(route.prefix)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # its INFO lines carry every upstream URL and query
@@ -408,13 +426,16 @@ class ProxyApp:
         content = upstream_body(first, body)
         if not first.get("more_body", False):
             watch()
-        client = self.clients[route.prefix]
+        load = self.shard_load[route.prefix]
+        shard = load.index(min(load))
+        client = self.clients[route.prefix][shard]
         request = client.build_request(scope["method"], url, headers=headers, content=content)
         loop = asyncio.get_running_loop()
         started = loop.time()
         total = None if route.total_timeout is None else started + route.total_timeout
         self.metrics.begin(route.prefix)
         status = 0
+        load[shard] += 1
         try:
             status = await self._relay(route, scope, client, request, send, state, total, grant)
         except asyncio.CancelledError:
@@ -424,6 +445,7 @@ class ProxyApp:
             status = 499
             log.info("proxy %s: the client left; upstream request ended", route.prefix)
         finally:
+            load[shard] -= 1
             if watcher is not None:
                 watcher.cancel()
             self.metrics.end(route.prefix, status, loop.time() - started)
@@ -526,8 +548,9 @@ class ProxyApp:
         return down
 
     async def aclose(self) -> None:
-        for client in self.clients.values():
-            await client.aclose()
+        for shards in self.clients.values():
+            for client in shards:
+                await client.aclose()
 
 
 def _earliest(total: float | None, span: float | None, now: float) -> float | None:
