@@ -1,4 +1,4 @@
-r"""Reverse proxy to upstream services (``--proxy PREFIX=URL``), streaming both ways with httpx.
+r"""Reverse proxy to upstream services (``--proxy PREFIX=URL``), streaming both ways (``server.upstream``: h11).
 
 A request reaches only its route's upstream, under its prefix. As kube-aggregator's proxy handler does
 (kubernetes/kubernetes 008b3652959ca58af8be3fb5b6ecfe9ae7638282,
@@ -23,22 +23,13 @@ whatever ORCA headers an upstream returns are removed by the middleware on the w
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import re
-import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from http import HTTPStatus
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import httpx
-
-if importlib.util.find_spec("sniffio") is None:
-    # httpcore imports sniffio afresh for every lock it makes (httpcore/_synchronization.py,
-    # current_async_library): when it is not installed, each request paid several failing imports, a search of
-    # sys.path each (a third of the proxy's CPU under load: benchmarks/proxy_cost.py). Marking it absent once
-    # makes the import fail at once, with the same meaning (asyncio).
-    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 from secure_orca.authn.requestheader import upstream_headers
 from secure_orca.authn.user import ANONYMOUS
@@ -52,6 +43,7 @@ from secure_orca.server.http.control import STREAM_CONTROL_KEY
 from secure_orca.server.options.backend import ProxyLimits, RouteSettings
 from secure_orca.server.proxymetrics import RouteMetrics
 from secure_orca.server.trust import chain_key
+from secure_orca.server.upstream import Response, UpstreamError, UpstreamPool
 
 log = logging.getLogger("secure_orca.proxy")
 HOP_BY_HOP = frozenset(
@@ -163,7 +155,7 @@ BAD_REQUEST = error_body("kube", 400)
 # kube's max-in-flight filter answers 429 with ``Retry-After: 1`` (k8s.io/apiserver
 # 008b3652959ca58af8be3fb5b6ecfe9ae7638282, pkg/server/filters/maxinflight.go, tooManyRequests).
 RETRY_AFTER = (b"retry-after", b"1")
-POOL_SHARDS = 8  # small pools per route (see ProxyApp.__init__)
+IDENTITY_ENCODING = (b"accept-encoding", b"identity")
 READY_INTERVAL = 1.0  # seconds: /readyz checks the backends at most this often
 
 
@@ -286,33 +278,16 @@ class ProxyApp:
         tls = httpx.create_ssl_context()  # httpx's default trust (SSL_CERT_FILE when set)
         if client_cert is not None:
             client_cert.load_into(tls)
-        # No Accept-Encoding of our own: a client that asked for none gets an uncompressed body.
-        identity = {"accept-encoding": "identity"}
-        # Each route's pool is split in shards, a request going to the shard with the fewest in flight: httpcore's
-        # pool scans its connections for every connection on every request's start and end (quadratic in the
-        # connections held: benchmarks/proxy_cost.py), so a few small pools cost far less than one large one.
-        shards = min(POOL_SHARDS, limits.max_connections)
-        pool = httpx.Limits(
-            max_connections=-(-limits.max_connections // shards),
-            max_keepalive_connections=-(-limits.max_idle_connections // shards),
-        )
-        self.clients: dict[str, list[httpx.AsyncClient]] = {}
-        self.shard_load: dict[str, list[int]] = {}
-        self.upstreams: dict[str, httpx.URL] = {}
+        self.pools: dict[str, UpstreamPool] = {}
+        self.upstreams: dict[str, tuple[str, bytes]] = {}  # prefix -> (URL, its path)
         for route in self.routes:
-            # The timeouts of the route are the proxy's own (first byte, idle, total); httpx bounds connecting,
-            # waiting for a pooled connection (as long as the first byte may take) and each write.
-            timeout = httpx.Timeout(
-                connect=limits.connect_timeout, read=None, write=route.idle_timeout, pool=route.first_byte_timeout
+            pool = UpstreamPool(
+                route.upstream, tls, limits.max_connections, limits.max_idle_connections, limits.connect_timeout
             )
-            self.clients[route.prefix] = [
-                httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=tls, headers=identity, limits=pool)
-                for _ in range(shards)
-            ]
-            self.shard_load[route.prefix] = [0] * shards
-            self.upstreams[route.prefix] = httpx.URL(route.upstream)
+            self.pools[route.prefix] = pool
+            path = urlsplit(route.upstream).path.rstrip("/").encode()
+            self.upstreams[route.prefix] = (route.upstream, path)
             self.metrics.add(route.prefix)
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # its INFO lines carry every upstream URL and query
 
     def route(self, path: str) -> RouteSettings | None:
         for route in self.routes:
@@ -334,15 +309,14 @@ class ProxyApp:
             return
         await self.forward(route, scope, receive, send)
 
-    def upstream_url(self, route: RouteSettings, scope: Scope) -> httpx.URL | None:
-        """The route's upstream with the request's path and query, or None when they could leave it."""
+    def upstream_target(self, route: RouteSettings, scope: Scope) -> bytes | None:
+        """The request target the route's upstream receives (path and query), or None when they could leave it."""
         path = steered_path(scope.get("raw_path") or b"", route.prefix)
         query = scope.get("query_string") or b""
         if path is None or not _QUERY.fullmatch(query):
             return None
-        base = self.upstreams[route.prefix]
-        target = upstream_target(base.raw_path.split(b"?")[0].rstrip(b"/"), route.prefix, path)
-        return base.copy_with(raw_path=target + (b"?" + query if query else b""))
+        target = upstream_target(self.upstreams[route.prefix][1], route.prefix, path)
+        return target + (b"?" + query if query else b"")
 
     async def _receive(self, receive: Receive, timeout: float | None) -> Message:
         try:
@@ -362,7 +336,7 @@ class ProxyApp:
         await respond_json(send, code, error_body(route.errors, code, message), headers)
 
     async def forward(self, route: RouteSettings, scope: Scope, receive: Receive, send: Send) -> None:
-        url = self.upstream_url(route, scope)
+        url = self.upstream_target(route, scope)
         if url is None or framing_conflict(scope["headers"]):
             await self.refuse(route, send, 400, close=True)
             return
@@ -390,6 +364,8 @@ class ProxyApp:
             return None
         incoming = scope["headers"]
         headers = [(n, v) for n, v in forwardable(incoming) if n.lower() not in _NEVER_FORWARDED]
+        if not any(name.lower() == b"accept-encoding" for name, _ in headers):
+            headers.append(IDENTITY_ENCODING)  # none of our own: a client that asked for none gets it uncompressed
         headers += forwarded_headers(scope, incoming) + identity
         if route.authorization == "pass" and AUTHORIZATION_KEY in scope:
             headers.append((b"authorization", scope[AUTHORIZATION_KEY]))
@@ -398,7 +374,7 @@ class ProxyApp:
         return headers
 
     async def _exchange(
-        self, route: RouteSettings, scope: Scope, url: httpx.URL, first: Message, receive: Receive, send: Send
+        self, route: RouteSettings, scope: Scope, target: bytes, first: Message, receive: Receive, send: Send
     ) -> None:
         state = _Exchange()
         watcher: asyncio.Task[None] | None = None
@@ -426,18 +402,15 @@ class ProxyApp:
         content = upstream_body(first, body)
         if not first.get("more_body", False):
             watch()
-        load = self.shard_load[route.prefix]
-        shard = load.index(min(load))
-        client = self.clients[route.prefix][shard]
-        request = client.build_request(scope["method"], url, headers=headers, content=content)
+        method = scope["method"].encode("ascii")
         loop = asyncio.get_running_loop()
         started = loop.time()
         total = None if route.total_timeout is None else started + route.total_timeout
         self.metrics.begin(route.prefix)
         status = 0
-        load[shard] += 1
         try:
-            status = await self._relay(route, scope, client, request, send, state, total, grant)
+            request = (method, target, headers, content)
+            status = await self._relay(route, scope, request, send, state, total, grant)
         except asyncio.CancelledError:
             if not state.client_gone or state.task is None:
                 raise
@@ -445,7 +418,6 @@ class ProxyApp:
             status = 499
             log.info("proxy %s: the client left; upstream request ended", route.prefix)
         finally:
-            load[shard] -= 1
             if watcher is not None:
                 watcher.cancel()
             self.metrics.end(route.prefix, status, loop.time() - started)
@@ -463,8 +435,7 @@ class ProxyApp:
         self,
         route: RouteSettings,
         scope: Scope,
-        client: httpx.AsyncClient,
-        request: httpx.Request,
+        request: tuple[bytes, bytes, list[tuple[bytes, bytes]], bytes | AsyncIterator[bytes] | None],
         send: Send,
         state: _Exchange,
         total: float | None,
@@ -475,7 +446,7 @@ class ProxyApp:
         deadline = _earliest(total, route.first_byte_timeout, loop.time())
         try:
             async with asyncio.timeout_at(deadline):
-                response = await client.send(request, stream=True)
+                response: Response = await self.pools[route.prefix].request(*request)
         except BodyStalled:
             log.warning("proxy %s: request body stalled", route.prefix)
             await self.refuse(route, send, 408, close=True)
@@ -483,27 +454,28 @@ class ProxyApp:
         except ClientGone:
             state.client_gone = True
             return 499
-        except (TimeoutError, httpx.TimeoutException):
+        except TimeoutError:
             log.warning("proxy %s: upstream timed out before its response", route.prefix)
             self.metrics.upstream_error(route.prefix, "timeout")
             await self.refuse(route, send, 504, "the backend did not answer in time")
             return 504
-        except Exception as error:  # any failure to reach the upstream is one line and a 502, never a traceback
-            log.warning("proxy %s: upstream unavailable: %s", route.prefix, type(error).__name__)
-            self.metrics.upstream_error(route.prefix, "unavailable")
+        except UpstreamError as error:  # any failure to reach the upstream is one line and a 502, never a traceback
+            log.warning("proxy %s: upstream unavailable: %s", route.prefix, error)
+            self.metrics.upstream_error(route.prefix, error.kind)
             await self.refuse(route, send, 502, "the backend is unavailable")
             return 502
         try:
-            if 300 <= response.status_code <= 399 and response.headers.get("location"):
+            status = response.status
+            if 300 <= status <= 399 and any(n.lower() == b"location" for n, _ in response.headers):
                 log.warning("proxy %s: upstream redirect refused", route.prefix)
                 await self.refuse(route, send, 502, REDIRECT_REFUSED)
                 return 502
-            headers = [(n, v) for n, v in forwardable(response.headers.raw) if n.lower() not in SERVER_ADDED]
-            if response.status_code in NO_BODY_STATUSES:
+            headers = [(n, v) for n, v in forwardable(response.headers) if n.lower() not in SERVER_ADDED]
+            if status in NO_BODY_STATUSES:
                 headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
-            start: Message = {"type": "http.response.start", "status": response.status_code, "headers": headers}
+            start: Message = {"type": "http.response.start", "status": status, "headers": headers}
             if grant is not None and route.report != "local" and self.reports is not None:
-                carried = self.reports.carried(route.report, grant.format, response.headers.raw)
+                carried = self.reports.carried(route.report, grant.format, response.headers)
                 if carried is not None or route.report == "backend":  # no backend report: none (merged: ours)
                     start[REPORT_KEY] = carried
             state.started = True
@@ -511,7 +483,7 @@ class ProxyApp:
             idle = route.idle_timeout
             timer = asyncio.timeout_at(_earliest(total, idle, loop.time()))
             async with timer:
-                async for chunk in response.aiter_raw():
+                async for chunk in response.chunks():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     if idle is not None:
                         timer.reschedule(_earliest(total, idle, loop.time()))
@@ -520,13 +492,13 @@ class ProxyApp:
             log.warning("proxy %s: upstream timed out mid-response; stream ended", route.prefix)
             self.metrics.upstream_error(route.prefix, "timeout")
             await _abort(scope)
-        except httpx.HTTPError as error:
-            log.warning("proxy %s: upstream broke mid-response: %s", route.prefix, type(error).__name__)
+        except UpstreamError as error:
+            log.warning("proxy %s: upstream broke mid-response: %s", route.prefix, error)
             self.metrics.upstream_error(route.prefix, "broken")
             await _abort(scope)
         finally:
             await response.aclose()
-        return response.status_code
+        return status
 
     async def down(self) -> list[str]:
         """The prefixes whose backend cannot be reached (a TCP connection, then closed), checked at most once a
@@ -536,11 +508,10 @@ class ProxyApp:
             return self.last_down
         self.checked_at = now
         down = []
-        for prefix, url in self.upstreams.items():
-            port = url.port or (443 if url.scheme == "https" else 80)
+        for prefix, pool in self.pools.items():
             try:
                 async with asyncio.timeout(1.0):
-                    _, writer = await asyncio.open_connection(url.host, port)
+                    _, writer = await asyncio.open_connection(pool.origin.host, pool.origin.port)
                 writer.close()
             except (OSError, TimeoutError):
                 down.append(prefix)
@@ -548,9 +519,8 @@ class ProxyApp:
         return down
 
     async def aclose(self) -> None:
-        for shards in self.clients.values():
-            for client in shards:
-                await client.aclose()
+        for pool in self.pools.values():
+            await pool.aclose()
 
 
 def _earliest(total: float | None, span: float | None, now: float) -> float | None:
