@@ -8,7 +8,6 @@ client's spelling."""
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from secure_orca.lab import replicas as launch
 from secure_orca.orca.dialect import DIALECT_SPELLINGS
 from secure_orca.orca.headers import OPTIN
 from secure_orca.orca.report import parse_text
+from tests import proxied
 from tests.replicas import run_replicas
 
 from ..conftest import ClientCert, fp_flags
@@ -44,10 +44,8 @@ class Rig:
     front_proxy: ClientCert
 
     def client(self, protocol: str, entitled: bool) -> httpx.Client:
-        context = ssl.create_default_context(cafile=str(self.dev_pki.cert("ca")))
-        if entitled:  # the front proxy's certificate: option 2 grants its opt-in
-            context.load_cert_chain(self.front_proxy.cert, self.front_proxy.key)
-        return httpx.Client(verify=context, http2=protocol == "h2", http1=protocol != "h2", timeout=10)
+        """The front proxy's certificate when ``entitled`` (option 2 grants its opt-in)."""
+        return proxied.client(self.dev_pki.cert("ca"), protocol, self.front_proxy if entitled else None)
 
     def dialect_seen(self, since: int) -> list[list[tuple[str, str]]]:
         """Every dialect header the backend received since ``since``, per request."""

@@ -14,6 +14,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from tests import proxied
 from tests.replicas import run_replicas
 
 from ..conftest import ClientCert, fp_flags
@@ -29,10 +30,7 @@ class Rig:
     metrics_port: int
 
     def client(self, cert: ClientCert | None = None) -> httpx.Client:
-        context = ssl.create_default_context(cafile=str(self.dev_pki.cert("ca")))
-        if cert is not None:
-            context.load_cert_chain(cert.cert, cert.key)
-        return httpx.Client(verify=context, http2=True, timeout=10)
+        return proxied.client(self.dev_pki.cert("ca"), "h2", cert)
 
     def last_headers(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

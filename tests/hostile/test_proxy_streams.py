@@ -13,7 +13,6 @@ backend that generates as a model server does (``backends.streaming_backend``):
 from __future__ import annotations
 
 import concurrent.futures
-import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from tests import proxied
 from tests.replicas import assert_no_traceback, run_replicas
 
 from ..conftest import ClientCert, fp_flags
@@ -45,10 +45,7 @@ class Rig:
         return H2Client.connect(self.replica, self.dev_pki.cert("ca"), pair)
 
     def http1(self, cert: ClientCert | None = None) -> httpx.Client:
-        context = ssl.create_default_context(cafile=str(self.dev_pki.cert("ca")))
-        if cert is not None:
-            context.load_cert_chain(cert.cert, cert.key)
-        return httpx.Client(verify=context, http1=True, http2=False, timeout=15)
+        return proxied.client(self.dev_pki.cert("ca"), "http1.1", cert)
 
     def since(self, count: int, path: str) -> list[Generation]:
         return [g for g in self.generations[count:] if path in g.path]

@@ -4,18 +4,14 @@ Only the ports differ: each is replaced by a free one."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from secure_orca.lab import replicas as launch
+from tests.commandline import run_block
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -33,25 +29,6 @@ def short_path() -> str:
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_the_short_path_runs_as_written(tmp_path: Path) -> None:
     pytest.importorskip("openai")
-    script = short_path()
-    for port in PORTS:
-        script = re.sub(rf"\b{port}\b", str(launch.free_port()), script)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        ["bash", "-e", "-c", script],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=180)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # the servers the block left running
-    assert process.returncode == 0, output
-    assert "Traceback" not in output, output
+    output = run_block(short_path(), PORTS, tmp_path, {"PYTHONPATH": str(ROOT)})
     assert re.search(r"^endpoint-load-metrics: TEXT named_metrics\.kv_cache_usage_perc=[0-9.]+, ", output, re.M), output
     assert output.count(" t0 t1 t2\n") == 2, output

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import ssl
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN
 from secure_orca.orca.report import parse_text
+from tests import proxied
 from tests.conftest import ClientCert, fp_flags
 from tests.hostile.h2client import H2Client
 from tests.replicas import run_replicas
@@ -65,10 +65,7 @@ class Rig:
     lb: ClientCert
 
     def http(self, protocol: str = "h2", entitled: bool = True) -> httpx.Client:
-        context = ssl.create_default_context(cafile=str(self.dev_pki.cert("ca")))
-        if entitled:
-            context.load_cert_chain(self.lb.cert, self.lb.key)
-        return httpx.Client(verify=context, http2=protocol == "h2", http1=protocol != "h2", timeout=30)
+        return proxied.client(self.dev_pki.cert("ca"), protocol, self.lb if entitled else None)
 
     def h2(self) -> H2Client:
         return H2Client.connect(self.replica, self.dev_pki.cert("ca"), (self.lb.cert, self.lb.key))
