@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from secure_orca.authn.authenticator import Outcome, Request
 from secure_orca.authn.tokenfile import TokenFile
@@ -68,10 +68,16 @@ class Server:
         oob = None
         if config.oob is not None:
             bounds = config.oob
+            reports = proxy.reports if proxy is not None else None
+            source = sampler
+            if reports is not None and any(route.report != "local" for route in config.backend.routes):
+                from secure_orca.server.backendload import WithBackendLoad
+
+                source = cast(Sampler, WithBackendLoad(sampler, reports))  # OobService reads only ``.report``
             oob = OobService(
                 app,
                 trust,
-                sampler,
+                source,
                 enabled=config.load_metrics.enabled,
                 decimals=config.load_metrics.decimals,
                 min_interval=bounds.min_interval,
@@ -195,7 +201,7 @@ def build_app(
         from secure_orca.server.backendload import BackendReports
         from secure_orca.server.proxy import ProxyApp
 
-        reports = BackendReports(sampler, config.load_metrics.decimals)
+        reports = BackendReports(sampler, config.load_metrics.decimals, config.backend.report_max_age)
         require = config.backend.readiness == "require"
         proxy = ProxyApp(config.backend.routes, backend, config.backend.limits, material.proxy_client, reports, require)
         inner = proxy

@@ -60,3 +60,25 @@ class BackendReports:
         if self.last is None or now - self.last_at > self.max_age:
             return None
         return self.last
+
+
+class WithBackendLoad:
+    """What the out-of-band stream reads as its sampler (``.report``): the gateway's latest report carrying the
+    last backend report seen in band while it is fresh (``BackendReports.max_age``), else the gateway's alone. The
+    same object is returned while neither changes, so the stream serializes once per change."""
+
+    def __init__(self, sampler: Sampler, backend: BackendReports) -> None:
+        self.sampler = sampler
+        self.backend = backend
+        self._made: tuple[LoadReport | None, LoadReport | None, LoadReport | None] = (None, None, None)
+
+    @property
+    def report(self) -> LoadReport | None:
+        local, carried = self.sampler.report, self.backend.fresh()
+        if carried is None:
+            return local
+        made_local, made_carried, made = self._made
+        if made_local is not local or made_carried is not carried:
+            made = dialect.merged(local, carried)
+            self._made = (local, carried, made)
+        return made

@@ -121,3 +121,30 @@ def test_a_report_envoy_would_refuse_is_no_report(rig: Rig) -> None:
         response = http.get(f"{rig.replica.url}/backend/garbage", headers=LB)
     assert response.status_code == 200
     assert "endpoint-load-metrics" not in response.headers
+
+
+def test_out_of_band_carries_the_last_backend_report_only_while_fresh(
+    dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert]
+) -> None:
+    """The out-of-band stream serves the gateway's report with the last backend report seen in band, for at most
+    ``--proxy-report-max-age``; after that, the gateway's alone (a stale backend figure is never served as fresh)."""
+    from tests import oobcalls
+
+    fp = client_certs["front-proxy"]
+    with reporting_backend() as (url, _):
+        flags = [*fp_flags(dev_pki), "--proxy", f"/backend={url};report=backend", "--proxy-report-max-age", "2s"]
+        with (
+            run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,),
+            oobcalls.channel(replica, dev_pki, fp.cert, fp.key) as channel,
+        ):
+            reports = iter(oobcalls.stream_core_metrics(channel)(oobcalls.ask(0.5), timeout=30))
+            before = next(reports)  # no backend report seen yet
+            with proxied.client(dev_pki.cert("ca"), "h2", fp) as http:
+                assert http.get(f"{replica.url}/backend/v1/models", headers=LB).status_code == 200
+            seen = [next(reports) for _ in range(8)]  # 1 s apart (the stream's floor), long past 2 s
+    assert "kv_cache_usage_perc" not in before.named_metrics
+    carrying = ["kv_cache_usage_perc" in report.named_metrics for report in seen]
+    assert carrying[0] and not carrying[-1], carrying
+    assert carrying == sorted(carrying, reverse=True), carrying  # fresh, then never again once stale
+    assert seen[0].named_metrics["kv_cache_usage_perc"] == KV_CACHE
+    assert "in_flight_requests" in seen[0].named_metrics  # the gateway's own report carries it

@@ -48,6 +48,7 @@ class BackendConfig:
     routes: list[RouteSettings] = field(default_factory=list)
     limits: ProxyLimits = field(default_factory=ProxyLimits)
     readiness: str = "ignore"
+    report_max_age: float = 10.0
     proxy_cert: Path | None = None
     proxy_key: Path | None = None
     demo_work: bool = False
@@ -81,6 +82,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=16,
         help="proxied requests in flight per address for anonymous clients without a certificate (429 beyond)",
+    )
+    a(
+        "--proxy-report-max-age",
+        default="10s",
+        help="how long the last backend report seen in band may ride on the out-of-band stream (default 10s)",
     )
     a("--proxy-readiness", choices=READINESS, default="ignore", help="require: /readyz fails while a backend is down")
     a(flags.PROXY_CERT, type=Path, help="client certificate presented to --proxy upstreams")
@@ -117,6 +123,9 @@ def validate(args: argparse.Namespace) -> list[str]:
     for flag, name in _TIMEOUT_FLAGS:
         text = getattr(args, name)
         out += within(flag, functools.partial(_timeout, text), 0.01, 86400, "10ms and 24h, or off")
+    out += within(
+        "--proxy-report-max-age", lambda: parse_duration(args.proxy_report_max_age), 0.1, 3600, "100ms and 1h"
+    )
     out += within(
         "--proxy-connect-timeout", lambda: parse_duration(args.proxy_connect_timeout), 0.01, 3600, "10ms and 1h"
     )
@@ -161,6 +170,7 @@ def to_config(args: argparse.Namespace) -> BackendConfig:
             connect_timeout=value("--proxy-connect-timeout", lambda: parse_duration(args.proxy_connect_timeout)),
         ),
         readiness=args.proxy_readiness,
+        report_max_age=value("--proxy-report-max-age", lambda: parse_duration(args.proxy_report_max_age)),
         proxy_cert=args.proxy_client_cert_file,
         proxy_key=args.proxy_client_key_file,
         demo_work=bool(getattr(args, "demo_work", False)),
