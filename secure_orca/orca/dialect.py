@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 
 from google.protobuf import json_format
@@ -116,6 +117,15 @@ def encode(report: LoadReport, fmt: str, decimals: int) -> tuple[bytes, bytes]:
     else:
         text = encode_text(report, decimals)
     return _REPORT, text.encode("ascii")
+
+
+def with_utilization(report: LoadReport, name: str) -> LoadReport:
+    """``report`` with ``application_utilization`` set from its named metric ``name`` (vLLM's
+    ``kv_cache_usage_perc``), which Envoy's client-side weighted round robin prefers to ``cpu_utilization``;
+    unchanged when the metric is absent."""
+    if name not in report.named_metrics:
+        return report
+    return dataclasses.replace(report, application_utilization=report.named_metrics[name])
 
 
 def merged(local: LoadReport | None, backend: LoadReport) -> LoadReport:

@@ -41,9 +41,12 @@ class BackendReports:
         self.last_at = 0.0
         self.read = self.refused = 0
 
-    def carried(self, source: str, fmt: str, headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes] | None:
+    def carried(
+        self, source: str, fmt: str, headers: list[tuple[bytes, bytes]], utilization: str = ""
+    ) -> tuple[bytes, bytes] | None:
         """The header an entitled caller gets for ``source`` (backend or merged) from the backend's response
-        headers, or None when the backend sent no report Envoy would accept (the caller then gets none)."""
+        headers, or None when the backend sent no report Envoy would accept (the caller then gets none);
+        ``utilization`` names the backend metric carried as ``application_utilization``."""
         report = dialect.backend_report(headers)
         if report is None:
             self.refused += 1
@@ -52,6 +55,8 @@ class BackendReports:
         self.last, self.last_at = report, time.monotonic()
         if source == "merged":
             report = dialect.merged(self.sampler.report if self.sampler else None, report)
+        if utilization:
+            report = dialect.with_utilization(report, utilization)
         return dialect.encode(report, fmt, self.decimals)
 
     def fresh(self, now: float | None = None) -> LoadReport | None:

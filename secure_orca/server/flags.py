@@ -77,6 +77,7 @@ ROUTE_CHOICES = {
     "backend-format": ("text", "json"),  # the endpoint-load-metrics-format the backend is asked in
 }
 ROUTE_DURATIONS = ("first-byte-timeout", "idle-timeout", "total-timeout")  # each a duration or "off"
+ROUTE_NAMES = ("utilization-metric",)  # a backend's named metric, as ORCA names them
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ class ProxyRoute:
 
     def option(self, key: str, default: str) -> str:
         return dict(self.options).get(key, default)
+
+
+_METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")  # ORCA's named_metrics keys (orca.report)
 
 
 def parse_off_duration(text: str) -> float | None:
@@ -117,8 +121,13 @@ def parse_proxy(text: str) -> ProxyRoute:
             raise FlagError(f"invalid route option {setting!r} in {text!r} (key=value, each key once)")
         if key in ROUTE_DURATIONS:
             parse_off_duration(choice)
+        elif key in ROUTE_NAMES:
+            if not _METRIC_NAME.fullmatch(choice):
+                raise FlagError(f"invalid route option {setting!r} (a metric name: letters, digits, _ . -)")
         elif choice not in ROUTE_CHOICES.get(key, (choice,)) or key not in ROUTE_CHOICES:
-            known = ", ".join([*ROUTE_DURATIONS, *(f"{k}={'|'.join(v)}" for k, v in ROUTE_CHOICES.items())])
+            known = ", ".join(
+                [*ROUTE_DURATIONS, *ROUTE_NAMES, *(f"{k}={'|'.join(v)}" for k, v in ROUTE_CHOICES.items())]
+            )
             raise FlagError(f"invalid route option {setting!r} (known: {known})")
         options[key] = choice
     return ProxyRoute(prefix, url.rstrip("/"), tuple(options.items()))

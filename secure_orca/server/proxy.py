@@ -475,7 +475,7 @@ class ProxyApp:
                 headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
             start: Message = {"type": "http.response.start", "status": status, "headers": headers}
             if grant is not None and route.report != "local" and self.reports is not None:
-                carried = self.reports.carried(route.report, grant.format, response.headers)
+                carried = self.reports.carried(route.report, grant.format, response.headers, route.utilization_metric)
                 if carried is not None or route.report == "backend":  # no backend report: none (merged: ours)
                     start[REPORT_KEY] = carried
             state.started = True

@@ -77,3 +77,9 @@ def test_merged_keeps_our_scalars_and_carries_the_backends_names() -> None:
     merged = dialect.merged(local, LoadReport(cpu_utilization=0.99, named_metrics={"kv": 0.8}))
     assert merged.cpu_utilization == 0.2
     assert merged.named_metrics == {"in_flight_requests": 3.0, "kv": 0.8}
+
+
+def test_a_named_metric_becomes_the_application_utilization() -> None:
+    report = LoadReport(rps_fractional=5.0, named_metrics={"kv_cache_usage_perc": 0.8})
+    assert dialect.with_utilization(report, "kv_cache_usage_perc").application_utilization == 0.8
+    assert dialect.with_utilization(report, "absent") is report

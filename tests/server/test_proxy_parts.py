@@ -25,6 +25,7 @@ def test_route_options_are_parsed_and_checked() -> None:
         "/v1=http://h/v1?x=1",
         "/v1=http://h/a/../b",
         "/v1=http://h/a%2Fb",
+        "/v1=http://h/v1;utilization-metric=kv cache",
     ]:
         with pytest.raises(FlagError):
             parse_proxy(bad)

@@ -30,6 +30,7 @@ class RouteSettings:
     authorization: str = "strip"
     report: str = "local"
     backend_format: str = "text"
+    utilization_metric: str = ""  # a backend named metric carried as application_utilization ("": none)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PREFIX=URL[;key=value...]",
         help="proxy PREFIX to URL (repeatable); options: first-byte-timeout, idle-timeout, total-timeout "
         "(duration or off), errors=kube|openai, authorization=strip|pass, report=local|backend|merged, "
-        "backend-format=text|json (docs/operations.md)",
+        "backend-format=text|json, utilization-metric=NAME (docs/operations.md)",
     )
     a("--proxy-timeout", default="30s", help="default idle-timeout: the longest silence between reads (or off)")
     a("--proxy-first-byte-timeout", default="5m", help="default first-byte-timeout of a route (or off)")
@@ -155,6 +156,7 @@ def resolve(route: ProxyRoute, args: argparse.Namespace) -> RouteSettings:
         authorization=route.option("authorization", "strip"),
         report=route.option("report", "local"),
         backend_format=route.option("backend-format", "text"),
+        utilization_metric=route.option("utilization-metric", ""),
     )
 
 
