@@ -7,8 +7,7 @@ from __future__ import annotations
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.probe import audit as probe
-from secure_orca.probe.audit import ProbeConfig
-from tests.conftest import fp_flags
+from tests.conftest import fp_flags, probe_config
 from tests.hostile.backends import serving
 from tests.replicas import run_replicas
 from tests.standin import TritonLike
@@ -18,17 +17,7 @@ def test_the_gateway_in_front_of_a_triton_like_server_leaks_nothing(dev_pki: pki
     with serving(TritonLike) as triton:
         flags = fp_flags(dev_pki, "front-proxy,shared-secret", "--proxy", f"/v2={triton};report=backend")
         with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
-            config = ProbeConfig(
-                cacert=dev_pki.cert("ca"),
-                lb_cert=dev_pki.cert("front_proxy_client"),
-                lb_key=dev_pki.key("front_proxy_client"),
-                lb_secret=dev_pki.secret.read_text().strip(),
-                client_cert=dev_pki.cert("user"),
-                client_key=dev_pki.key("user"),
-                paths=("/v2/models", "/version"),  # the first path gets every vector, the control too
-                timing_samples=0,
-                timeout=5.0,
-            )
+            config = probe_config(dev_pki, ("/v2/models", "/version"))  # the first path gets every vector
             result = probe.probe(replica.url, config)
     assert result.control_ok, [c.detail for c in result.controls]
     assert result.verdict == "no-leak" and result.exit_code == 0, result.reason
