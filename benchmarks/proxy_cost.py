@@ -76,9 +76,9 @@ def main(rounds: int = 5, seconds: float = 5.0) -> None:
     print("|---|---|---|")
     for name, rows in figures.items():
         rps = [r for r, _ in rows]
-        per_cpu = [c for _, c in rows]
+        each = [c for _, c in rows]
         print(f"| {name} | {statistics.median(rps):,.0f} ({min(rps):,.0f}–{max(rps):,.0f}) | "
-              f"{statistics.median(per_cpu):,.0f} ({min(per_cpu):,.0f}–{max(per_cpu):,.0f}) |")  # fmt: skip
+              f"{statistics.median(each):,.0f} ({min(each):,.0f}–{max(each):,.0f}) |")  # fmt: skip
     demo, proxied = ([c for _, c in figures[name]] for name in PATHS)
     ratios = [p / d for p, d in zip(proxied, demo, strict=True)]
     print(f"\nproxied over demo, per CPU-second, round by round: x{statistics.median(ratios):.2f} "

@@ -55,8 +55,8 @@ def test_errors_in_each_dialect() -> None:
     assert error_body("openai", 400)["error"]["type"] == "BadRequestError"  # type: ignore[index]
 
 
-def scope(client: str = "10.0.0.7", **extra: object) -> dict[str, object]:
-    return {"client": (client, 5555), "extensions": {}, **extra}
+def scope(client: str = "10.0.0.7", extra: dict[str, object] | None = None) -> dict[str, object]:
+    return {"client": (client, 5555), "extensions": {}, **(extra or {})}
 
 
 def test_forwarded_headers_from_a_client_are_replaced() -> None:
@@ -69,14 +69,14 @@ def test_forwarded_headers_from_a_client_are_replaced() -> None:
 
 def test_forwarded_headers_from_the_front_proxy_are_extended() -> None:
     incoming = [(b"x-forwarded-for", b"1.2.3.4"), (b"forwarded", b"for=1.2.3.4")]
-    out = dict(forwarded_headers(scope("::1", **{FRONT_PROXY_KEY: True}), incoming))
+    out = dict(forwarded_headers(scope("::1", {FRONT_PROXY_KEY: True}), incoming))
     assert out[b"x-forwarded-for"] == b"1.2.3.4, ::1"
     assert out[b"forwarded"] == b'for=1.2.3.4, for="[::1]";proto=https'
 
 
 def test_in_flight_keys_and_limits() -> None:
-    assert limit_key(scope(**{USER_KEY: UserInfo("envoy-lb")})) == ("user", "envoy-lb")
-    anonymous = scope(**{USER_KEY: UserInfo("system:anonymous")})
+    assert limit_key(scope(extra={USER_KEY: UserInfo("envoy-lb")})) == ("user", "envoy-lb")
+    anonymous = scope(extra={USER_KEY: UserInfo("system:anonymous")})
     assert limit_key(anonymous) == ("anonymous", "10.0.0.7")
     in_flight = InFlight(per_user=3, anonymous=1)
     assert in_flight.acquire(("anonymous", "a")) and not in_flight.acquire(("anonymous", "a"))
