@@ -169,6 +169,9 @@ SCRIPTS = {
         "What a presented chain costs to verify, and what crafted chains do to another client",
         ("--repeats", "1", "--rounds", "1", "--samples", "20", "--decoys", "1", "--skip-instructions"),
     ),
+    "proxy-cost": Script(
+        "proxy_cost", "Proxied GET requests per gateway CPU-second beside the demo path (vLLM-like backend)", ("1", "1")
+    ),
     "worker-spread": Script(
         "spread",
         "How a load balancer's few connections spread over two workers, and what that does to req/s",

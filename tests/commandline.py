@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +33,30 @@ def write(path: Path, data: bytes, mode: int = 0o600) -> str:
 
 def base(p: pki.DevPKI) -> list[str]:
     return launch.serve_argv(p, [])[3:]  # "serve" and its flags, without the interpreter
+
+
+def run_block(script: str, ports: tuple[str, ...], cwd: Path, env: dict[str, str] | None = None) -> str:
+    """A documented ``sh`` block run as written with ``bash -e`` in ``cwd`` (the venv's bin first on PATH), each
+    documented port replaced by a free one; everything the block leaves running is killed. Its output, once it
+    exited 0 with no traceback (else the test fails, showing the output)."""
+    for port in ports:
+        script = re.sub(rf"\b{port}\b", str(launch.free_port()), script)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **(env or {})}
+    process = subprocess.Popen(
+        ["bash", "-e", "-c", script],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # anything the block left behind
+    assert process.returncode == 0, output
+    assert "Traceback" not in output, output
+    return output

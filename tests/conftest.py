@@ -15,6 +15,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from secure_orca import pki
 from secure_orca.credentials import devpki
+from secure_orca.probe.audit import ProbeConfig
 from tests.replicas import replica_fixture
 from tests.rotating import rig  # noqa: F401  (a live server with credential files to rotate)
 
@@ -147,6 +148,21 @@ def fp_flags(dev_pki: pki.DevPKI, modes: str = "front-proxy,shared-secret", *ext
         modes,
         *extra,
     ]
+
+
+def probe_config(dev_pki: pki.DevPKI, paths: tuple[str, ...] = ("/version",)) -> ProbeConfig:
+    """The probe as the dev PKI's front proxy (with the secret) and its user, no timing check."""
+    return ProbeConfig(
+        cacert=dev_pki.cert("ca"),
+        lb_cert=dev_pki.cert("front_proxy_client"),
+        lb_key=dev_pki.key("front_proxy_client"),
+        lb_secret=dev_pki.secret.read_text().strip(),
+        client_cert=dev_pki.cert("user"),
+        client_key=dev_pki.key("user"),
+        paths=paths,
+        timing_samples=0,
+        timeout=5.0,
+    )
 
 
 # One replica with the default modes (front-proxy,shared-secret), shared by the read-only tests.

@@ -60,6 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE[,...]",
         help="Pods that may scrape the metrics port (alone: Pods of the manifests' namespace)",
     )
+    a(
+        "--backend-pod-selector",
+        type=_labels,
+        default=(),
+        metavar="KEY=VALUE[,...]",
+        help="the model server behind serve --proxy (its Pods, in the namespace): a NetworkPolicy lets only the "
+        "replicas reach it (none given: no policy)",
+    )
+    a("--backend-port", type=int, action="append", help="the model server's port (repeatable; default 8000)")
 
 
 # Label syntax (k8s.io/apimachinery pkg/util/validation: IsQualifiedName, IsValidLabelValue).
@@ -133,6 +142,8 @@ def generate(args: argparse.Namespace) -> dict[str, str]:
         resources=m.Resources(args.cpu, args.memory),
         metrics_namespace_labels=args.metrics_namespace_selector,
         metrics_pod_labels=args.metrics_pod_selector,
+        backend_pod_labels=args.backend_pod_selector,
+        backend_ports=tuple(args.backend_port or (8000,)),
     )
     args.upstream = [f"{deployment.service_host}:{m.SERVE_PORT}"]
     args.output = Path("envoy.yaml")  # so envoy-config's checks accept the file-based secret delivery

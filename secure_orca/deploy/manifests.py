@@ -102,6 +102,9 @@ class Deployment:
     # Who may scrape the replicas' metrics port (label selectors, AND-ed); both empty: no one.
     metrics_namespace_labels: tuple[tuple[str, str], ...] = ()
     metrics_pod_labels: tuple[tuple[str, str], ...] = ()
+    # The model server behind serve --proxy (its Pods' labels, in this namespace) and its ports; none: no policy.
+    backend_pod_labels: tuple[tuple[str, str], ...] = ()
+    backend_ports: tuple[int, ...] = (8000,)
 
     @property
     def service_host(self) -> str:
@@ -348,6 +351,7 @@ def serve_manifests(option: str, deployment: Deployment) -> list[dict[str, Any]]
         },
         _disruption_budget(APP, deployment, "server", selector),
         _network_policy(APP, deployment, "server", serve_ingress(deployment)),
+        *backend_policy(deployment),
     ]
 
 
@@ -409,6 +413,23 @@ def _network_policy(name: str, deployment: Deployment, component: str, ingress: 
         "metadata": _meta(name, deployment, component),
         "spec": spec,
     }
+
+
+def backend_policy(deployment: Deployment) -> list[dict[str, Any]]:
+    """The model server's Pods admit only the replicas, on its ports: a client that bypasses the gateway can
+    neither ask the backend for its report (``endpoint-load-metrics-format``, answered to anyone) nor reach it at
+    all. Empty without --backend-pod-selector."""
+    if not deployment.backend_pod_labels:
+        return []
+    ingress = [
+        {
+            "from": [{"podSelector": {"matchLabels": _selector("server")}}],
+            "ports": [_tcp(port) for port in deployment.backend_ports],
+        }
+    ]
+    policy = _network_policy(f"{APP}-backend", deployment, "backend", ingress)
+    policy["spec"]["podSelector"] = {"matchLabels": dict(deployment.backend_pod_labels)}
+    return [policy]
 
 
 def serve_ingress(deployment: Deployment) -> list[dict[str, Any]]:

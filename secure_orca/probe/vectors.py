@@ -193,8 +193,21 @@ def spelling_variants() -> list[Variant]:
     """Opt-ins other servers answer: ``endpoint-load-metrics-format`` with each format Envoy parses (TEXT, JSON,
     BIN) and the lower-case values those servers take. Any report they get names the spelling in the verdict."""
     values = (b"TEXT", b"JSON", b"BIN", b"text", b"json")
-    return [variant(f"format-{v.decode()}", f"{FORMAT_HEADER.decode()}: {v.decode()}", (FORMAT_HEADER, v))
-            for v in values]  # fmt: skip
+    found = [variant(f"format-{v.decode()}", f"{FORMAT_HEADER.decode()}: {v.decode()}", (FORMAT_HEADER, v))
+             for v in values]  # fmt: skip
+    # the same header as a server or a proxy in front of it may read it: another letter case (HTTP/1.1 names are
+    # case-insensitive; Starlette, which vLLM reads it with, folds them), ``_`` for ``-`` (CGI, WSGI, nginx's
+    # underscores_in_headers) and gRPC metadata's ``-bin`` suffix
+    for name, spelled in DIALECT_SPELLINGS:
+        found.append(variant(f"format-{name}", f"{spelled.decode()}: text", (spelled, b"text")))
+    return found
+
+
+DIALECT_SPELLINGS = (
+    ("case", b"Endpoint-Load-Metrics-Format"),
+    ("underscore", b"endpoint_load_metrics_format"),
+    ("bin", b"endpoint-load-metrics-format-bin"),
+)
 
 
 GRPC = (b"content-type", b"application/grpc")

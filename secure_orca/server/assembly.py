@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from secure_orca.authn.authenticator import Outcome, Request
 from secure_orca.authn.tokenfile import TokenFile
@@ -59,15 +59,25 @@ class Server:
         if config.serving.metrics_address:
             metrics = Metrics(sampler, lambda: verifications(app))
             app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
+            if proxy is not None:
+                from secure_orca.server.proxymetrics import RouteCollector
+
+                metrics.registry.register(RouteCollector(proxy.metrics))
         context = make_server_context(material.serving, material.anchors())
         authentication = app.app if isinstance(app.app, AuthenticationMiddleware) else None
         oob = None
         if config.oob is not None:
             bounds = config.oob
+            reports = proxy.reports if proxy is not None else None
+            source = sampler
+            if reports is not None and any(route.report != "local" for route in config.backend.routes):
+                from secure_orca.server.backendload import WithBackendLoad
+
+                source = cast(Sampler, WithBackendLoad(sampler, reports))  # OobService reads only ``.report``
             oob = OobService(
                 app,
                 trust,
-                sampler,
+                source,
                 enabled=config.load_metrics.enabled,
                 decimals=config.load_metrics.decimals,
                 min_interval=bounds.min_interval,
@@ -188,11 +198,12 @@ def build_app(
     inner = backend
     proxy = None
     if config.backend.routes:
+        from secure_orca.server.backendload import BackendReports
         from secure_orca.server.proxy import ProxyApp
 
-        proxy = ProxyApp(
-            config.backend.routes, backend, config.backend.proxy_timeout, client_cert=material.proxy_client
-        )
+        reports = BackendReports(sampler, config.load_metrics.decimals, config.backend.report_max_age)
+        require = config.backend.readiness == "require"
+        proxy = ProxyApp(config.backend.routes, backend, config.backend.limits, material.proxy_client, reports, require)
         inner = proxy
     tokens = TokenFile(material.tokens) if material.tokens else None
     authenticated = AuthenticationMiddleware(

@@ -34,6 +34,8 @@ from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult
 
 log = logging.getLogger("secure_orca.authn")
 USER_KEY = "secure_orca.user"  # scope key of the authenticated UserInfo
+AUTHORIZATION_KEY = "secure_orca.authorization"  # scope key: the removed Authorization, for authorization=pass
+FRONT_PROXY_KEY = "secure_orca.front_proxy"  # scope key: True when a verified front proxy sent the request
 _AUTHORIZATION = b"authorization"
 Observer = Callable[[Scope, Request, Outcome, float], None]  # each authentication, with its perf_counter start
 
@@ -134,5 +136,13 @@ class AuthenticationMiddleware:
             await respond_json(send, 401, UNAUTHORIZED_STATUS)
             return
         kept, _ = self.identity.strip(scope["headers"])
-        kept = [(name, value) for name, value in kept if name.lower() != _AUTHORIZATION]
-        await self.app({**scope, "headers": kept, USER_KEY: outcome.user}, receive, send)
+        inner = {**scope, USER_KEY: outcome.user}
+        authorization = [value for name, value in kept if name.lower() == _AUTHORIZATION]
+        if authorization:  # kept aside, never a header: only a route with authorization=pass sends it on
+            kept = [(name, value) for name, value in kept if name.lower() != _AUTHORIZATION]
+            if len(authorization) == 1:
+                inner[AUTHORIZATION_KEY] = authorization[0]
+        if request.front_proxy.holds_at(request.now):
+            inner[FRONT_PROXY_KEY] = True
+        inner["headers"] = kept
+        await self.app(inner, receive, send)

@@ -70,19 +70,64 @@ def parse_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+ROUTE_CHOICES = {
+    "errors": ("kube", "openai"),  # the body of the gateway's own refusals: kube's Status, or OpenAI's error JSON
+    "authorization": ("strip", "pass"),  # whether the client's Authorization reaches the backend
+    "report": ("local", "backend", "merged"),  # whose load an entitled caller's report carries
+    "backend-format": ("text", "json"),  # the endpoint-load-metrics-format the backend is asked in
+}
+ROUTE_DURATIONS = ("first-byte-timeout", "idle-timeout", "total-timeout")  # each a duration or "off"
+ROUTE_NAMES = ("utilization-metric",)  # a backend's named metric, as ORCA names them
+
+
 @dataclass(frozen=True)
 class ProxyRoute:
-    """Requests whose path starts with ``prefix`` go to ``upstream`` (the prefix is kept)."""
+    """Requests whose path starts with ``prefix`` go to ``upstream``. An upstream URL without a path (or ``/``)
+    receives the request's path as is; one with a path receives it with ``prefix`` replaced by that path, so
+    ``/v1=http://host:8100/v1`` sends ``/v1/models`` to ``/v1/models`` (never ``/v1/v1/models``).
+    ``options`` are the route's ``;key=value`` settings, validated (ROUTE_CHOICES, ROUTE_DURATIONS)."""
 
     prefix: str
     upstream: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    def option(self, key: str, default: str) -> str:
+        return dict(self.options).get(key, default)
+
+
+_METRIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")  # ORCA's named_metrics keys (orca.report)
+
+
+def parse_off_duration(text: str) -> float | None:
+    """A duration, or ``off`` (None): a timeout that may be switched off."""
+    return None if text == "off" else parse_duration(text)
 
 
 def parse_proxy(text: str) -> ProxyRoute:
-    prefix, sep, url = text.partition("=")
+    """``PREFIX=URL[;key=value...]`` (pure): the route, its URL and its options, each checked."""
+    spec, *settings = text.split(";")
+    prefix, sep, url = spec.partition("=")
     if not sep or not prefix.startswith("/"):
         raise FlagError(f"invalid proxy route {text!r} (use PREFIX=URL, PREFIX starting with /)")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise FlagError(f"invalid upstream URL in {text!r} (http:// or https:// with a host)")
-    return ProxyRoute(prefix, url.rstrip("/"))
+    if parts.query or parts.fragment or "%" in parts.path or {".", ".."} & set(parts.path.split("/")):
+        raise FlagError(f"invalid upstream URL in {text!r} (a plain path, no query, fragment or escapes)")
+    options: dict[str, str] = {}
+    for setting in settings:
+        key, eq, choice = (part.strip() for part in setting.partition("="))
+        if not eq or key in options:
+            raise FlagError(f"invalid route option {setting!r} in {text!r} (key=value, each key once)")
+        if key in ROUTE_DURATIONS:
+            parse_off_duration(choice)
+        elif key in ROUTE_NAMES:
+            if not _METRIC_NAME.fullmatch(choice):
+                raise FlagError(f"invalid route option {setting!r} (a metric name: letters, digits, _ . -)")
+        elif choice not in ROUTE_CHOICES.get(key, (choice,)) or key not in ROUTE_CHOICES:
+            known = ", ".join(
+                [*ROUTE_DURATIONS, *ROUTE_NAMES, *(f"{k}={'|'.join(v)}" for k, v in ROUTE_CHOICES.items())]
+            )
+            raise FlagError(f"invalid route option {setting!r} (known: {known})")
+        options[key] = choice
+    return ProxyRoute(prefix, url.rstrip("/"), tuple(options.items()))

@@ -24,6 +24,7 @@ from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
 from secure_orca.orca.headers import spellings
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
 from secure_orca.server.audit import AUDIT_KEY
+from secure_orca.server.backendload import GRANT_KEY, REPORT_KEY, TEXT_GRANT
 from secure_orca.server.sampler import Sampler
 from secure_orca.server.trust import CONNECTION_KEY, TrustService, now_us, peer
 
@@ -141,6 +142,8 @@ class LoadReportMiddleware:
                 self.on_decision(granted)
             if AUDIT_KEY in scope:  # the audit event's annotation (server.audit)
                 scope[AUDIT_KEY].decision = granted.reason
+            if granted.attach:  # a proxied route may carry its backend's report instead (server.backendload)
+                scope[GRANT_KEY] = TEXT_GRANT
         counters = self.sampler.counters
         counters.in_flight += 1
 
@@ -153,7 +156,7 @@ class LoadReportMiddleware:
                     status = message["status"]
                     if status == 429 or status >= 500:
                         counters.errors += 1
-                    header = self.sampler.header
+                    header = message.get(REPORT_KEY, self.sampler.header)  # a backend-sourced route: its report or none
                     once = self.once_per_sample
                     if granted.attach and header is not None and (not once or self._fresh(scope, header)):
                         attach = header

@@ -233,6 +233,9 @@ def test_bearer_tokens(header: str, outcome: str) -> None:
         (IMPERSONATION, USER, ("jane", ("devs", ALL_AUTHENTICATED))),
         ([("authorization", "Bearer s3cret-token"), *IMPERSONATION], None, ("tok-user", ("a", "b", ALL_AUTHENTICATED))),
         ([("authorization", "Bearer s3cret-token")], FP, ("tok-user", ("a", "b", ALL_AUTHENTICATED))),
+        # kube's union tries x509 before the token file and stops at the first success: an unknown bearer
+        # (an OpenAI client's sk-... or EMPTY) beside a valid client certificate is never looked at
+        ([("authorization", "Bearer sk-unknown")], USER, ("jane", ("devs", ALL_AUTHENTICATED))),
         ([("x-remote-user", "u"), ("x-remote-group", ALL_UNAUTHENTICATED)], FP, ("u", (ALL_UNAUTHENTICATED,))),
     ],
 )

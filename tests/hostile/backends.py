@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import http.server
+import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -26,10 +29,14 @@ class Recorded:
         self.headers.append(list(handler.headers.items()))
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 512  # the stdlib's 5 refuses a load balancer's burst of connections
+
+
 @contextmanager
 def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     """``handler`` served by Python's ThreadingHTTPServer on a free loopback port, in a daemon thread: its URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -141,6 +148,105 @@ def hostile_backend() -> Iterator[tuple[str, Recorded]]:
                 self.send_header("content-length", "8")
                 self.end_headers()
                 self.wfile.write(b"upstream")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serving(Handler) as url:
+        yield url, recorded
+
+
+@dataclass
+class Generation:
+    """One streamed response of ``streaming_backend``: chunks written, and whether the client left first."""
+
+    path: str
+    chunks: int = 0
+    cancelled: bool = False
+    ended_at: float = 0.0  # time.monotonic() when the backend saw the end (written out, or the client gone)
+    started_at: float = field(default_factory=time.monotonic)
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+@contextmanager
+def streaming_backend() -> Iterator[tuple[str, list[Generation]]]:
+    """An HTTP/1.1 backend that generates as a model server does: ``?first=S`` waits S seconds before its
+    headers, then ``?n=N&gap=G`` writes N chunked ``data: i`` events G seconds apart, noticing at once (at the
+    next write) that the client left; a POST's body is read first. Every generation is recorded."""
+    generations: list[Generation] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def answer(self) -> None:
+            generation = Generation(self.path, headers=list(self.headers.items()))
+            generations.append(generation)
+            length = int(self.headers.get("content-length") or 0)
+            if length:
+                self.rfile.read(length)
+            elif "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    self.rfile.read(size + 2)
+                self.rfile.readline()
+            query = dict(part.split("=", 1) for part in urlsplit(self.path).query.split("&") if "=" in part)
+            time.sleep(float(query.get("first", 0)))
+            try:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for i in range(int(query.get("n", 1))):
+                    event = f"data: {i}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    self.wfile.flush()
+                    generation.chunks += 1
+                    time.sleep(float(query.get("gap", 0)))
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                generation.cancelled = True
+                self.close_connection = True
+            generation.ended_at = time.monotonic()
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serving(Handler) as url:
+        yield url, generations
+
+
+KV_CACHE = 0.42  # what ``reporting_backend`` reports, as vLLM names it
+
+
+@contextmanager
+def reporting_backend() -> Iterator[tuple[str, Recorded]]:
+    """A backend that answers ``endpoint-load-metrics-format`` as vLLM does, to anyone (``text`` or ``json``, in
+    any letter case; ``/garbage`` answers a report Envoy would refuse), and records every request's headers as
+    received, in their own spelling."""
+    recorded = Recorded()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            recorded.record(self)
+            body = b'{"object":"list"}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            wanted = (self.headers.get("endpoint-load-metrics-format") or "").lower()
+            metrics = f"named_metrics.kv_cache_usage_perc={KV_CACHE}, named_metrics.num_requests_waiting=2.0"
+            if self.path.endswith("/garbage") and wanted:
+                self.send_header("endpoint-load-metrics", "TEXT named_metrics.kv_cache_usage_perc=-1")
+            elif wanted == "text":
+                self.send_header("endpoint-load-metrics", f"TEXT {metrics}")
+            elif wanted == "json":
+                report = {"named_metrics": {"kv_cache_usage_perc": KV_CACHE, "num_requests_waiting": 2.0}}
+                self.send_header("endpoint-load-metrics", "JSON " + json.dumps(report))
+            self.end_headers()
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass

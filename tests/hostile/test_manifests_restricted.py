@@ -158,3 +158,16 @@ def test_a_selector_that_is_not_a_label_is_refused(value: str, capsys: pytest.Ca
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "is not KEY=VALUE with a Kubernetes label key and value" in err and "Traceback" not in err
+
+
+def test_only_the_replicas_reach_the_model_server(dev_pki: pki.DevPKI) -> None:
+    """``--backend-pod-selector``: the model server behind ``serve --proxy`` admits the replicas alone, so a client
+    that bypasses the gateway cannot ask it for its report (it answers anyone) or reach it at all."""
+    vllm = {"app": "vllm"}
+    docs = _documents(dev_pki.root, "--backend-pod-selector", "app=vllm", "--backend-port", "8000")
+    server, lb = _labels(docs, m.APP), _labels(docs, m.LB)
+    assert admits(docs, NAMESPACE, vllm, 8000, Peer(NAMESPACE, server))
+    for stranger in (Peer(NAMESPACE, lb), Peer(NAMESPACE, {"app": "client"}), Peer("default", server)):
+        assert not admits(docs, NAMESPACE, vllm, 8000, stranger), stranger
+    assert not admits(docs, NAMESPACE, vllm, 9000, Peer(NAMESPACE, server))  # its other ports: no one
+    assert not any(doc["metadata"]["name"] == f"{m.APP}-backend" for doc in _documents(dev_pki.root))

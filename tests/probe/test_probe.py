@@ -480,7 +480,9 @@ def test_a_client_certificate_that_can_act_as_the_front_proxy_is_an_impersonatio
 def test_spelling_and_oob_vectors() -> None:
     vectors = _vectors()
     spellings = {v.variant: v for v in vectors if v.group == "spelling" and v.protocol == "h2"}
-    assert set(spellings) == {"format-TEXT", "format-JSON", "format-BIN", "format-text", "format-json"}
+    assert set(spellings) == {"format-TEXT", "format-JSON", "format-BIN", "format-text", "format-json",
+                              "format-case", "format-underscore", "format-bin"}  # fmt: skip
+    assert spellings["format-underscore"].headers == ((b"endpoint_load_metrics_format", b"text"),)
     assert spellings["format-JSON"].headers == ((probe_vectors.FORMAT_HEADER, b"JSON"),)
     streams = [v for v in vectors if v.group == "oob"]
     assert {(v.identity, v.protocol) for v in streams if v.variant == "grpc"} == {
@@ -526,7 +528,8 @@ def test_probe_finds_the_leak_of_a_server_answering_the_format_header(dev_pki: p
         result = probe.probe(url, ProbeConfig(cacert=dev_pki.cert("ca"), timing_samples=0, timeout=5.0))
     leaks = {r.vector.name for r in result.results if r.outcome == "leak"}
     assert result.verdict == "leak" and result.exit_code == 1
-    assert leaks == {f"spelling:format-{value}/none/http/1.1" for value in ("TEXT", "JSON", "text", "json")}
+    # the stand-in reads names as HTTP/1.1 says, case-insensitively (``case``), and takes no other spelling
+    assert leaks == {f"spelling:format-{value}/none/http/1.1" for value in ("TEXT", "JSON", "text", "json", "case")}
     assert "asked with endpoint-load-metrics-format: TEXT, answered in header endpoint-load-metrics" in result.reason
 
 

@@ -12,10 +12,10 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from secure_orca.probe.audit import ProbeConfig, probe
+from secure_orca.probe.audit import probe
 from tests.replicas import run_replicas
 
-from ..conftest import fp_flags
+from ..conftest import fp_flags, probe_config
 
 pytest.importorskip("uvloop")
 
@@ -50,17 +50,7 @@ def test_uvloop_serves_the_same_gate(dev_pki: pki.DevPKI) -> None:
     """Every vector of the bypass audit gets the same outcome from a uvloop replica as from an asyncio one."""
     flags = fp_flags(dev_pki)
     argvs = [launch.serve_argv(dev_pki, [*flags, "--event-loop", loop]) for loop in ("asyncio", "uvloop")]
-    config = ProbeConfig(
-        cacert=dev_pki.cert("ca"),
-        lb_cert=dev_pki.cert("front_proxy_client"),
-        lb_key=dev_pki.key("front_proxy_client"),
-        lb_secret=dev_pki.secret.read_text().strip(),
-        client_cert=dev_pki.cert("user"),
-        client_key=dev_pki.key("user"),
-        paths=("/version",),
-        timing_samples=0,
-        timeout=5.0,
-    )
+    config = probe_config(dev_pki)
     with run_replicas(argvs) as (plain, fast):
         assert not _loaded(plain.process.popen.pid, "uvloop") and _loaded(fast.process.popen.pid, "uvloop")
         results = [probe(replica.url, config) for replica in (plain, fast)]

@@ -160,7 +160,15 @@ def bad_backend() -> Iterator[tuple[str, str]]:
 
 def test_hanging_and_resetting_backends(dev_pki, client_certs, bad_backend) -> None:
     hang, reset = bad_backend
-    flags = [*fp_flags(dev_pki), "--proxy", f"/hang={hang}", "--proxy", f"/reset={reset}", "--proxy-timeout", "500ms"]
+    flags = [
+        *fp_flags(dev_pki),
+        "--proxy",
+        f"/hang={hang}",
+        "--proxy",
+        f"/reset={reset}",
+        "--proxy-first-byte-timeout",
+        "500ms",
+    ]
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         fp = client_certs["front-proxy"]
         with httpx.Client(verify=context(dev_pki, fp), http2=True, timeout=10) as http:

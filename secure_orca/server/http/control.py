@@ -35,8 +35,14 @@ class StreamControl:
         protocol = self.protocol()
         if protocol is None:
             return None
+        extensions = scope.get("extensions") if isinstance(scope, dict) else None
         for stream_id, stream in protocol.streams.items():
-            if getattr(stream, "scope", None) is scope:
+            own = getattr(stream, "scope", None)
+            # the very scope, or a middleware's copy of it (serve's ConnectionApp gives each request its own
+            # extensions dict, which copies share)
+            if own is scope or (
+                extensions is not None and isinstance(own, dict) and own.get("extensions") is extensions
+            ):
                 return protocol, stream_id
         return None
 

@@ -1,0 +1,94 @@
+"""Per-route metrics of the proxy, named in kube's style (``apiserver_request_total``,
+``apiserver_request_duration_seconds``, ``apiserver_current_inflight_requests``): every label value comes from a
+closed set (the configured prefixes, the HTTP status code, an error kind), so no client can add a series."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+# kube-apiserver's request duration buckets (k8s.io/apiserver pkg/endpoints/metrics/metrics.go), to 60 s.
+BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60)
+UPSTREAM_ERRORS = ("timeout", "unavailable", "broken")
+
+
+class RouteMetrics:
+    """Counts per route prefix: requests by code, durations, upstream errors by kind, requests in flight."""
+
+    def __init__(self) -> None:
+        self.codes: dict[tuple[str, int], int] = {}
+        self.buckets: dict[str, list[int]] = {}
+        self.sums: dict[str, float] = {}
+        self.errors: dict[tuple[str, str], int] = {}
+        self.in_flight: dict[str, int] = {}
+
+    def add(self, prefix: str) -> None:
+        self.buckets[prefix] = [0] * (len(BUCKETS) + 1)
+        self.sums[prefix] = 0.0
+        self.in_flight[prefix] = 0
+        for kind in UPSTREAM_ERRORS:
+            self.errors[(prefix, kind)] = 0
+
+    def begin(self, prefix: str) -> None:
+        self.in_flight[prefix] += 1
+
+    def end(self, prefix: str, code: int, seconds: float) -> None:
+        self.in_flight[prefix] -= 1
+        self.count(prefix, code)
+        self.buckets[prefix][bisect.bisect_left(BUCKETS, seconds)] += 1
+        self.sums[prefix] += seconds
+
+    def count(self, prefix: str, code: int) -> None:
+        self.codes[(prefix, code)] = self.codes.get((prefix, code), 0) + 1
+
+    def refused(self, prefix: str, code: int) -> None:
+        """A refusal before the request went upstream (400, 408 before sending, 429)."""
+        if code in (400, 429) or prefix not in self.in_flight:
+            self.count(prefix, code)
+
+    def upstream_error(self, prefix: str, kind: str) -> None:
+        self.errors[(prefix, kind)] += 1
+
+
+class RouteCollector(Collector):
+    def __init__(self, metrics: RouteMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        m = self.metrics
+        requests = CounterMetricFamily(
+            "secure_orca_proxy_request",
+            "Proxied requests by route prefix and HTTP status code.",
+            labels=["route", "code"],
+        )
+        for (prefix, code), count in sorted(m.codes.items()):
+            requests.add_metric([prefix, str(code)], count)
+        duration = HistogramMetricFamily(
+            "secure_orca_proxy_request_duration_seconds",
+            "Proxied request durations, from sending upstream to the response's end, by route prefix.",
+            labels=["route"],
+        )
+        for prefix, counts in sorted(m.buckets.items()):
+            cumulative, running = [], 0
+            for bound, count in zip([*map(str, BUCKETS), "+Inf"], counts, strict=True):
+                running += count
+                cumulative.append((bound, running))
+            duration.add_metric([prefix], cumulative, m.sums[prefix])
+        errors = CounterMetricFamily(
+            "secure_orca_proxy_upstream_errors",
+            "Proxied requests whose backend failed, by route prefix and kind (timeout, unavailable, broken).",
+            labels=["route", "kind"],
+        )
+        for (prefix, kind), count in sorted(m.errors.items()):
+            errors.add_metric([prefix, kind], count)
+        in_flight = GaugeMetricFamily(
+            "secure_orca_proxy_current_inflight_requests",
+            "Proxied requests in flight now, by route prefix.",
+            labels=["route"],
+        )
+        for prefix, count in sorted(m.in_flight.items()):
+            in_flight.add_metric([prefix], count)
+        yield from (requests, duration, errors, in_flight)
