@@ -136,7 +136,7 @@ async def handshake_through(threads: int | None) -> dict[str, Any]:
     def factory() -> GatewaySSLProtocol:
         app = asyncio.StreamReaderProtocol(asyncio.StreamReader(), connected)
         return GatewaySSLProtocol(
-            loop, app, server_context, loop.create_future(), buffer, pool, 10.0, 5.0, HandshakeStats(), lambda p: None
+            loop, app, server_context, None, buffer, pool, 10.0, 5.0, HandshakeStats(), lambda p: None
         )
 
     if threads is None:

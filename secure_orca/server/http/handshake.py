@@ -141,7 +141,7 @@ class GatewaySSLProtocol(_SSLProtocol):  # type: ignore[misc]
         loop: asyncio.AbstractEventLoop,
         app_protocol: asyncio.BaseProtocol,
         context: ssl.SSLContext,
-        waiter: asyncio.Future[None],
+        waiter: asyncio.Future[None] | None,
         buffer: ReadBuffer,
         pool: HandshakePool,
         handshake_timeout: float,
