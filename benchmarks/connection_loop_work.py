@@ -14,12 +14,12 @@ is left goes (cProfile inflates Python calls; read it as shares).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import cProfile
 import os
 import pstats
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -92,9 +92,9 @@ def main(bursts: int, rounds: int, profile: bool) -> None:
 
 
 if __name__ == "__main__":
-    arguments = [a for a in sys.argv[1:] if a != "--profile"]
-    main(
-        int(arguments[0]) if arguments else 10,
-        int(arguments[1]) if len(arguments) > 1 else 3,
-        "--profile" in sys.argv[1:],
-    )
+    parser = argparse.ArgumentParser(description="the event loop's own CPU per new connection")
+    parser.add_argument("bursts", type=int, nargs="?", default=10)
+    parser.add_argument("rounds", type=int, nargs="?", default=3)
+    parser.add_argument("--profile", action="store_true")
+    options = parser.parse_args()
+    main(options.bursts, options.rounds, options.profile)
