@@ -45,6 +45,8 @@ HANDSHAKE_READ = 2**14 + 2048 + 5
 HELD_LIMIT = HANDSHAKE_READ
 _AGAIN = (ssl.SSLWantReadError, ssl.SSLSyscallError)  # asyncio's SSLAgainErrors
 _WAITING, _STEPPING = 1, 2
+_DO_HANDSHAKE, _WRAPPED = sslproto.SSLProtocolState.DO_HANDSHAKE, sslproto.SSLProtocolState.WRAPPED
+_FLUSHING, _SHUTDOWN = sslproto.SSLProtocolState.FLUSHING, sslproto.SSLProtocolState.SHUTDOWN
 
 
 # Why a connection was closed before its handshake completed (the metric's closed set of labels): a cap
@@ -201,20 +203,30 @@ class GatewaySSLProtocol(_SSLProtocol):  # type: ignore[misc]
     # -- receiving: the loop's buffer; bytes held while a step is in flight
 
     def get_buffer(self, n: int) -> memoryview:
-        if self._state == sslproto.SSLProtocolState.DO_HANDSHAKE:
+        if self._state is _DO_HANDSHAKE:
             return self._handshake_view
         return self._ssl_buffer_view
 
     def buffer_updated(self, nbytes: int) -> None:
+        """asyncio's ``buffer_updated`` (the bytes into the BIO, then on by state), unless a step holds the BIO."""
         step = self._step_state
-        if step == _STEPPING or (step == _WAITING and self._incoming.pending >= HELD_LIMIT):
+        if step and (step == _STEPPING or self._incoming.pending >= HELD_LIMIT):
             self._held.append(bytes(self._ssl_buffer_view[:nbytes]))
             self._held_size += nbytes
             if self._held_size >= HELD_LIMIT and not self._held_paused and self._transport is not None:
                 self._held_paused = True
                 self._transport.pause_reading()
             return
-        super().buffer_updated(nbytes)
+        self._incoming.write(self._ssl_buffer_view[:nbytes])
+        state = self._state
+        if state is _WRAPPED:
+            self._do_read()
+        elif state is _DO_HANDSHAKE:
+            self._do_handshake()
+        elif state is _FLUSHING:
+            self._do_flush()
+        elif state is _SHUTDOWN:
+            self._do_shutdown()
 
     # -- the handshake
 
@@ -226,9 +238,7 @@ class GatewaySSLProtocol(_SSLProtocol):  # type: ignore[misc]
         if self._sslobj is None and not self._incoming.pending:
             return  # nothing has come yet: no SSLObject, no work
         if self._pool.threads == 0:
-            if self._sslobj is None:
-                self._sslobj = self._new_ssl_object()
-            super()._do_handshake()
+            self._step_done(self._step())  # on the loop
         elif not self._step_state:  # a step waiting will read what came; one in flight is followed by another
             self._step_state = _WAITING
             self._pool.submit(self)
@@ -257,7 +267,8 @@ class GatewaySSLProtocol(_SSLProtocol):  # type: ignore[misc]
         return True
 
     def _step_done(self, outcome: BaseException | bool) -> None:
-        """Back on the loop: the held bytes into the BIO, then what asyncio's ``_do_handshake`` does."""
+        """Back on the loop (or still on it, without a pool): the held bytes into the BIO, then what asyncio's
+        ``_do_handshake`` does with the outcome."""
         self._step_state = 0
         for chunk in self._held:
             self._incoming.write(chunk)
@@ -277,19 +288,20 @@ class GatewaySSLProtocol(_SSLProtocol):  # type: ignore[misc]
         if outcome is True:
             self._on_handshake_complete(None)
         elif outcome is False:
+            if self._hello_handle is not None and self._outgoing.pending:
+                self._hello_handle.cancel()  # the server's first flight: the ClientHello has come
+                self._hello_handle = None
             self._process_outgoing()
             if self._incoming.pending:
                 self._do_handshake()
         else:
             self._on_handshake_complete(outcome)
 
-    def _process_outgoing(self) -> None:
+    def resume_writing(self) -> None:
         if self._step_state == _STEPPING:
-            return  # the step writes the BIO; its end sends what it wrote
-        if self._hello_handle is not None and self._outgoing.pending:
-            self._hello_handle.cancel()  # the server's first flight: the ClientHello has come
-            self._hello_handle = None
-        super()._process_outgoing()
+            self._ssl_writing_paused = False  # the step writes the BIO; its end sends what it wrote
+            return
+        super().resume_writing()
 
     def _check_hello(self) -> None:
         self._hello_handle = None
