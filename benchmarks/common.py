@@ -183,6 +183,7 @@ class InProcessServer:
 
     server: assembly.Server
     port: int
+    loop: asyncio.AbstractEventLoop | None = None  # the serving loop, for readings taken on it
 
     @property
     def url(self) -> str:
@@ -246,7 +247,7 @@ def inprocess_server(argv: Sequence[str], *, profiler: Any = None) -> Iterator[I
     thread.start()
     try:
         wait_listening(config.serving.port)
-        yield InProcessServer(server, config.serving.port)
+        yield InProcessServer(server, config.serving.port, loop)
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=15)

@@ -118,6 +118,9 @@ SCRIPTS = {
         "authn_cost", "What authentication adds per request, in process", ("--rounds", "1", "--count", "200")
     ),
     "connection-memory": Script("connection_memory", "Memory a starved HTTP/2 connection leaves behind", ("5",)),
+    "connection-loop-work": Script(
+        "connection_loop_work", "The event loop's CPU per new connection, handshake steps on it and off it", ("1", "1")
+    ),
     "event-loop-cost": Script(
         "event_loop", "Instructions per request on asyncio's event loop and on uvloop's", None, CALLGRIND
     ),
@@ -162,6 +165,11 @@ SCRIPTS = {
     ),
     "reconnect-bursts": Script(
         "reconnect_bursts", "Another client's latency while a load balancer fleet reconnects", ("0.5", "1")
+    ),
+    "silent-sockets": Script(
+        "silent_sockets",
+        "Memory per silent socket, the load balancer under a descriptor limit, a stalled hello",
+        ("20",),
     ),
     "resumption-cost": Script("resumption", "What turning TLS session tickets off costs per connection", ("10",)),
     "verification-cost": Script(

@@ -2,7 +2,11 @@
 the Go peer (benchmarks/gopeer), side by side in one run: requests/s, server CPU-seconds and requests per
 CPU-second, from h2load presenting the front-proxy certificate with the opt-in on /healthz.
 
-    python -m benchmarks.workers [ROUNDS] [SECONDS]
+    python -m benchmarks.workers [ROUNDS] [SECONDS] [--beside DIR]
+
+``--beside DIR`` adds ``serve --workers 1`` and ``--workers 2`` on asyncio's loop run from another tree of this
+project (DIR: an unpacked ``git archive`` of an earlier commit, put first on PYTHONPATH for the server and its
+workers), with each of this tree's rows' ratios over it.
 
 All servers run for the whole run and are measured in interleaved rounds (the others idle while one is
 loaded); the server's CPU is read from procfs for the supervisor and all its workers. Each figure is printed
@@ -100,15 +104,34 @@ def report(
         )
 
 
-def main(rounds: int = 5, seconds: float = 8.0) -> None:
+def beside_argvs(dev: DevPKI, tree: Path) -> dict[str, list[str]]:
+    """The asyncio rows of SERVES, served from ``tree`` (first on PYTHONPATH, inherited by the workers)."""
+    return {
+        f"{name} ({tree.name})": ["env", f"PYTHONPATH={tree}", *argv]
+        for (name, (_, loop)), argv in zip(SERVES.items(), serve_argvs(dev), strict=True)
+        if loop == "asyncio"
+    }
+
+
+def main(rounds: int = 5, seconds: float = 8.0, beside: Path | None = None) -> None:
+    ratios = list(RATIOS)
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         dev = devpki.generate(Path(tmp) / "pki")
         servers = dict(zip(NAMES, stack.enter_context(launch.replicas(serve_argvs(dev))), strict=True))
+        if beside is not None:
+            other = beside_argvs(dev, beside)
+            servers |= dict(zip(other, stack.enter_context(launch.replicas(list(other.values()))), strict=True))
+            ratios += [(name, f"{name} ({beside.name})") for name, (_, loop) in SERVES.items() if loop == "asyncio"]
         servers[GO] = stack.enter_context(go_peer(dev))
         figures = measure(servers, identity_of(dev), Path(tmp), rounds, seconds)
-    report(figures, RATIOS, rounds, seconds)
+    report(figures, ratios, rounds, seconds)
 
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
-    main(int(arguments[0]) if arguments else 5, float(arguments[1]) if len(arguments) > 1 else 8.0)
+    tree = None
+    if "--beside" in arguments:
+        at = arguments.index("--beside")
+        tree = Path(arguments[at + 1]).resolve()
+        del arguments[at : at + 2]
+    main(int(arguments[0]) if arguments else 5, float(arguments[1]) if len(arguments) > 1 else 8.0, tree)

@@ -145,6 +145,12 @@ def generate(args: argparse.Namespace) -> dict[str, str]:
         backend_pod_labels=args.backend_pod_selector,
         backend_ports=tuple(args.backend_port or (8000,)),
     )
+    resources = deployment.resources
+    if resources.pending_handshakes < m.MIN_PENDING:
+        raise UsageError(
+            f"--memory: {args.memory} MiB cannot hold {resources.workers} worker(s) with {m.MIN_PENDING} pending TLS "
+            f"handshakes each at their worst; give at least {resources.memory_floor_mib} (docs/operations.md, Memory)"
+        )
     args.upstream = [f"{deployment.service_host}:{m.SERVE_PORT}"]
     args.output = Path("envoy.yaml")  # so envoy-config's checks accept the file-based secret delivery
     config = envoy_cli.build(args)

@@ -35,6 +35,7 @@ from typing import Any
 
 from secure_orca.deploy import yamltext
 from secure_orca.envoy import bootstrap as envoy
+from secure_orca.server.http.pending import MAX_PENDING, MAX_PENDING_PER_ADDRESS
 
 MOUNT = PurePosixPath("/etc/secure-orca")
 ENVOY_CONFIG = PurePosixPath("/etc/envoy")
@@ -63,6 +64,16 @@ SECRETS = {
 }
 
 
+# The memory limit covers the worst case the connection caps allow (docs/operations.md, "Memory"), from
+# benchmarks/silent_sockets.py and an idle replica's resident set on this project's test machine:
+PROCESS_MIB = 64  # one process serving alone, or the supervisor of --workers (53 MiB measured, rounded up)
+WORKER_MIB = 48 + 64  # a worker (41 MiB measured beside its supervisor) and room for its connections and requests
+# A pending handshake at its worst: a ClientHello declaring OpenSSL's largest (131,396 bytes) held in part, 180 KiB
+# measured, with the two TLS records a handshake step may hold on top (2 x 18 KiB).
+PENDING_KIB = 224
+MIN_PENDING = 64  # below this many pending handshakes per worker, the memory limit is refused as too small
+
+
 @dataclass(frozen=True)
 class Resources:
     """One container's requests (= limits): CPU in millicores, memory in MiB (with ``workers``: about 60 + 6 per
@@ -84,6 +95,18 @@ class Resources:
     def workers(self) -> int:
         """``serve --workers`` for this CPU request: one per CPU, rounded up, as ``--workers 0`` reads the quota."""
         return max(1, -(-self.milli_cpu // 1000))
+
+    @property
+    def pending_handshakes(self) -> int:
+        """``--max-pending-tls-handshakes`` (per worker) that this memory limit covers at its worst, at most the
+        flag's default: what is left after the processes' own memory, shared by the workers' pending handshakes."""
+        left_kib = (self.memory_mib - PROCESS_MIB - WORKER_MIB * self.workers) * 1024
+        return min(MAX_PENDING, left_kib // (PENDING_KIB * self.workers))
+
+    @property
+    def memory_floor_mib(self) -> int:
+        """The least memory limit that leaves ``MIN_PENDING`` pending handshakes per worker."""
+        return PROCESS_MIB + self.workers * (WORKER_MIB + -(-MIN_PENDING * PENDING_KIB // 1024))
 
 
 @dataclass(frozen=True)
@@ -257,6 +280,7 @@ def lb_secrets(config: envoy.LBConfig) -> list[str]:
 def serve_args(option: str, deployment: Deployment) -> list[str]:
     """The replicas' ``serve`` flags for the LB's ``option``; every path is a file of a mounted Secret."""
     modes = frozenset(option.split(","))
+    pending = deployment.resources.pending_handshakes
     args = [
         "serve",
         "--bind-address=0.0.0.0",
@@ -270,6 +294,8 @@ def serve_args(option: str, deployment: Deployment) -> list[str]:
         f"--metrics-bind-address=0.0.0.0:{METRICS_PORT}",
         "--audit-log-path=-",
         f"--workers={deployment.resources.workers}",
+        f"--max-pending-tls-handshakes={deployment.resources.pending_handshakes}",
+        f"--max-pending-tls-handshakes-per-address={min(MAX_PENDING_PER_ADDRESS, pending)}",
     ]
     if "front-proxy" in modes:
         args.append(f"--requestheader-client-ca-file={_file('secure-orca-front-proxy-ca', 'ca.crt')}")

@@ -1,9 +1,16 @@
 """Which process holds which TCP connection, read from procfs: the kernel's own record, so a test can tell
-the worker that accepted a connection without the server saying anything."""
+the worker that accepted a connection without the server saying anything; and silent client sockets, with the
+listener's accept queue (``ss``) to wait until a server has taken them."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 _ESTABLISHED = "01"
@@ -53,3 +60,39 @@ def connections(pids: list[int], port: int) -> dict[int, int]:
     """How many established connections to ``port`` each process holds."""
     live = _sockets(port, _ESTABLISHED)
     return {pid: len(_inodes(pid) & live) for pid in pids}
+
+
+def accept_queue(port: int) -> int:
+    """Connections the kernel holds for the listener on ``port``, not yet accepted (``ss``: a listening socket's
+    Recv-Q)."""
+    ss = shutil.which("ss")
+    if ss is None:
+        raise RuntimeError("ss (iproute2) is needed: scripts/setup.sh installs it")
+    out = subprocess.run([ss, "-ltnH", f"sport = :{port}"], capture_output=True, text=True, timeout=10, check=True)
+    (line,) = out.stdout.splitlines()
+    return int(line.split()[1])
+
+
+def settle(port: int, timeout: float) -> int:
+    """Wait (bounded) until the server has taken every queued connection; returns how many are still queued."""
+    deadline = time.monotonic() + timeout
+    while accept_queue(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the server loop's turn after its last accept
+    return accept_queue(port)
+
+
+@contextmanager
+def silent_sockets(port: int, count: int, source: str = "127.0.0.2") -> Iterator[list[socket.socket]]:
+    """``count`` TCP connections to 127.0.0.1:``port`` from ``source`` that send nothing."""
+    opened: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            opened.append(sock)
+            sock.bind((source, 0))
+            sock.connect(("127.0.0.1", port))
+        yield opened
+    finally:
+        for sock in opened:
+            sock.close()

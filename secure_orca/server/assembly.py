@@ -102,7 +102,10 @@ class Server:
             max_requests_per_connection=config.serving.max_requests,
             goaway_chance=config.serving.goaway_chance,
             access_log=verbose,
+            handshake=config.serving.handshake,
         )
+        if metrics is not None:
+            metrics.watch_handshakes(options.handshake_stats)
         audit = None
         if config.audit.path:
             sink = open_sink(config.audit.path, config.audit.maxsize, config.audit.maxbackup)

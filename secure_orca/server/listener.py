@@ -3,6 +3,7 @@ workers all accept on it (one accept queue in the kernel)."""
 
 from __future__ import annotations
 
+import resource
 import socket
 
 BACKLOG = socket.SOMAXCONN
@@ -23,3 +24,18 @@ def listen(host: str, port: int, backlog: int = BACKLOG) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def raise_descriptor_limit() -> int:
+    """RLIMIT_NOFILE's soft limit raised to its hard limit, as Go's runtime does at start (``os/rlimit.go`` from
+    Go 1.19, ``syscall/rlimit.go`` from 1.21, go.dev/issue/46279): the soft limit exists for programs that use
+    select(2); the loop uses epoll. A hard limit is the operator's to set, and is kept. Returns the soft limit in
+    force (a failure to raise it is ignored, as Go ignores it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass
+    return soft

@@ -28,6 +28,7 @@ from secure_orca.authz.streams import Kind
 from secure_orca.errors import FlagError
 from secure_orca.server.audit import AuditLog
 from secure_orca.server.h2_headers import REFUSED_BLOCKS
+from secure_orca.server.http.handshake import GIVE_UP_CAUSES, HandshakeStats
 from secure_orca.server.oob import OobService
 from secure_orca.server.sampler import Sampler
 
@@ -166,6 +167,28 @@ class _OobCollector(Collector):
         yield from (ended, resets)
 
 
+class _HandshakeCollector(Collector):
+    """Connections below HTTP (server/http/accept.py): pending handshakes, and those given up, by cause."""
+
+    def __init__(self, stats: HandshakeStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "secure_orca_tls_handshakes_pending",
+            "Connections accepted whose TLS handshake has not completed.",
+            value=self.stats.pending(),
+        )
+        given_up = CounterMetricFamily(
+            "secure_orca_tls_handshakes_given_up",
+            "Connections closed before their TLS handshake completed, by cause (a cap, descriptors, a deadline).",
+            labels=["cause"],
+        )
+        for cause in GIVE_UP_CAUSES:
+            given_up.add_metric([cause], self.stats.given_up[cause])
+        yield given_up
+
+
 class Metrics:
     """The server's metrics in a private registry."""
 
@@ -216,6 +239,9 @@ class Metrics:
 
     def watch_oob(self, oob: OobService) -> None:
         self.registry.register(_OobCollector(oob))
+
+    def watch_handshakes(self, stats: HandshakeStats) -> None:
+        self.registry.register(_HandshakeCollector(stats))
 
     def on_authentication(self, outcome: Outcome, seconds: float) -> None:
         result = authentication_result(outcome)

@@ -380,3 +380,20 @@ def test_committed_deploy_is_what_the_command_generates(
     for name, text in files.items():
         assert (ROOT / "deploy" / name).read_text() == text, name
     assert json.loads(json.dumps(_documents(files)))  # plain data throughout
+
+
+@pytest.mark.parametrize(("milli_cpu", "memory_mib"), [(1000, 256), (2000, 512), (4000, 1024), (1000, 4096)])
+def test_the_memory_limit_covers_every_pending_handshake_at_its_worst(milli_cpu: int, memory_mib: int) -> None:
+    resources = m.Resources(milli_cpu, memory_mib)
+    pending = resources.pending_handshakes
+    worst_kib = (m.PROCESS_MIB + m.WORKER_MIB * resources.workers) * 1024 + resources.workers * pending * m.PENDING_KIB
+    assert pending >= m.MIN_PENDING and worst_kib <= memory_mib * 1024
+
+
+def test_a_memory_limit_too_small_for_the_caps_is_refused(dev_pki: pki.DevPKI) -> None:
+    from secure_orca.errors import UsageError
+
+    floor = m.Resources(2000, 256).memory_floor_mib
+    with pytest.raises(UsageError, match=re.escape("--memory: 256 MiB cannot hold 2 worker(s)") + ".*" + str(floor)):
+        _generate(dev_pki.root, "--cpu", "2000")
+    assert m.Resources(2000, floor).pending_handshakes >= m.MIN_PENDING

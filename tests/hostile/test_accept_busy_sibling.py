@@ -12,7 +12,9 @@ import ssl
 
 import trustme
 
-from secure_orca.server.http.accept import DEFER_STEP, MAX_DEFER, accept_in_turn
+from secure_orca.server.http.accept import DEFER_STEP, MAX_DEFER, Connections, accept_in_turn
+from secure_orca.server.http.handshake import HandshakeStats
+from secure_orca.server.http.pending import HandshakeLimits
 from secure_orca.server.listener import listen
 
 CONNECTIONS = 30
@@ -46,7 +48,8 @@ async def accepted(balance: BusySibling) -> int:
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.close()
 
-    task = asyncio.get_running_loop().create_task(accept_in_turn(sock, context, 5.0, on_connection, balance))
+    connections = Connections(context, HandshakeLimits(), HandshakeStats(), on_connection, balance)
+    task = asyncio.get_running_loop().create_task(accept_in_turn(sock, connections))
     clients = []
     try:
         for _ in range(CONNECTIONS):
@@ -63,6 +66,7 @@ async def accepted(balance: BusySibling) -> int:
         for client in clients:
             client.close()
         sock.close()
+        connections.close()
 
 
 def test_a_busy_sibling_costs_one_deferral_not_one_per_connection() -> None:

@@ -3,7 +3,13 @@
 Subclasses, each constructed once per connection; no method is replaced on an instance, nothing process-wide:
 
 - ``tls``: the server's ``SSLContext`` and the ASGI TLS extension hypercorn lacks;
-- ``serve``: the accept loop, ``GatewayTCPServer`` (hypercorn's per-connection server) with ``ConnectionApp``,
+- ``accept``: the accept loop (alone or in turn with sibling workers), each connection's handshake under the
+  caps, and what to give up when descriptors run short;
+- ``handshake``: ``GatewaySSLProtocol``, asyncio's ``SSLProtocol`` without a buffer or ``SSLObject`` before the
+  first bytes, with a ClientHello deadline and its handshake steps in ``HandshakePool``'s threads (the CPython
+  members it relies on: ``tests/server/test_sslproto_contract.py``);
+- ``pending``: the caps on handshakes not yet complete, per address and in total (pure);
+- ``serve``: ``GatewayTCPServer`` (hypercorn's per-connection server) with ``ConnectionApp``,
   and the graceful GOAWAY it drives;
 - ``rotation``: the graceful-close state machine and the notice to long-lived streams (pure);
 - ``protocol``: ``GatewayH2Protocol``, the inbound pipeline (malformed → late DATA → BodyFlow → hypercorn), and

@@ -1,13 +1,13 @@
 """The serve loop: our accept path, hypercorn's per-connection ``TCPServer`` as one subclass, the graceful
 close of a rotating connection, and the end of connections still open at shutdown.
 
-We own the accept path (``asyncio.start_server``, no process-wide patching) and construct ``GatewayTCPServer``
-per accepted connection, after the TLS handshake, with the stream writer. It reads the peer's certificate
-chain once (``tls.tls_extension``), wraps the application so that every request of the connection carries
-``scope["extensions"]["tls"]`` (``ConnectionApp``), and serves the connection with the gateway's protocol for
-the ALPN the handshake chose (``protocol.GatewayH2Protocol``, ``protocol.GatewayH11Protocol``). Any hypercorn
-other than 0.18.0 refuses to start: the package relies on the internals ``tests/server/test_hypercorn_contract.py``
-names and checks.
+We own the accept path (``accept``: caps, deadlines and the handshake's own ``SSLProtocol``, ``handshake``; no
+process-wide patching) and construct ``GatewayTCPServer`` per accepted connection, after the TLS handshake, with
+the stream writer. It reads the peer's certificate chain once (``tls.tls_extension``), wraps the application so
+that every request of the connection carries ``scope["extensions"]["tls"]`` (``ConnectionApp``), and serves the
+connection with the gateway's protocol for the ALPN the handshake chose (``protocol.GatewayH2Protocol``,
+``protocol.GatewayH11Protocol``). Any hypercorn other than 0.18.0 refuses to start: the package relies on the
+internals ``tests/server/test_hypercorn_contract.py`` names and checks.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import random
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import h2.connection
@@ -47,9 +47,11 @@ from hyperframe.frame import GoAwayFrame
 
 from secure_orca.authz.memo import ConnectionMemo
 from secure_orca.errors import SecureOrcaError
-from secure_orca.server.http.accept import Balance, accept_in_turn
+from secure_orca.server.http.accept import SOLO, Balance, Connections, accept_in_turn
 from secure_orca.server.http.control import STREAM_CONTROL_KEY, StreamControl
 from secure_orca.server.http.flow import BodyFlow
+from secure_orca.server.http.handshake import HandshakeStats
+from secure_orca.server.http.pending import HandshakeLimits
 from secure_orca.server.http.protocol import GatewayH2Protocol, GatewayH11Protocol
 from secure_orca.server.http.rotation import (
     DRAIN_LIMIT,
@@ -62,12 +64,11 @@ from secure_orca.server.http.rotation import (
     Step,
 )
 from secure_orca.server.http.tls import tls_extension
-from secure_orca.server.listener import BACKLOG, listen
+from secure_orca.server.listener import listen, raise_descriptor_limit
 from secure_orca.server.trust import CONNECTION_KEY
 
 log = logging.getLogger("secure_orca.server")
 HYPERCORN_VERSION = "0.18.0"
-ACCEPT_BATCH = 100  # connections accepted per loop turn (asyncio's default)
 
 
 class ConnectionApp:
@@ -286,6 +287,8 @@ class ServerOptions:
     access_log: bool = False
     sock: socket.socket | None = None  # a listening socket bound by the supervisor of ``serve --workers``
     balance: Balance | None = None  # with ``sock``: where a worker and its siblings share connection counts
+    handshake: HandshakeLimits = field(default_factory=HandshakeLimits)  # below HTTP: deadlines, caps, threads
+    handshake_stats: HandshakeStats = field(default_factory=HandshakeStats)
 
 
 class GatewayConfig(Config):
@@ -355,9 +358,10 @@ async def serve(
     shutdown_trigger: Callable[[], Awaitable[Any]],
 ) -> None:
     """Serve ``app`` until ``shutdown_trigger`` returns, then let open connections finish for up to
-    ``options.graceful_timeout`` seconds. We own the accept path (asyncio.start_server) and construct our
+    ``options.graceful_timeout`` seconds. We own the accept path (``accept``) and construct our
     TCPServer per connection; nothing in hypercorn is replaced process-wide."""
     check_hypercorn()
+    raise_descriptor_limit()  # each process serving: alone, or every worker of ``serve --workers``
     config = GatewayConfig(options.context, options.max_requests_per_connection, options.goaway_chance)
     config.alpn_protocols = ["h2", "http/1.1"]
     config.graceful_timeout = options.graceful_timeout
@@ -378,24 +382,13 @@ async def serve(
             task.add_done_callback(lambda done: (connections.pop(done, None), servers.pop(done, None)))
         await server
 
-    if options.sock is not None and options.balance is not None:  # a worker: accept in turn with its siblings
-        accepting = loop.create_task(
-            accept_in_turn(options.sock, options.context, config.ssl_handshake_timeout, on_connection, options.balance)
-        )
-        stop_accepting = _stopper(accepting, options.sock)
-    else:
-        # asyncio listens again with ``backlog`` (and accepts that many per loop turn): the kernel's queue is
-        # then set back to BACKLOG, which asyncio's listen had cut to the batch.
-        sock = options.sock or listen(options.host, options.port)
-        listener = await asyncio.start_server(
-            on_connection,
-            sock=sock,
-            backlog=ACCEPT_BATCH,
-            ssl=options.context,
-            ssl_handshake_timeout=config.ssl_handshake_timeout,
-        )
-        sock.listen(BACKLOG)
-        stop_accepting = _closer(listener)
+    # A worker accepts in turn with its siblings from the supervisor's socket; a process alone, from its own.
+    sock = options.sock or listen(options.host, options.port)
+    connections_in = Connections(
+        options.context, options.handshake, options.handshake_stats, on_connection, options.balance or SOLO
+    )
+    accepting = loop.create_task(accept_in_turn(sock, connections_in))
+    stop_accepting = _stopper(accepting, sock, connections_in)
     if options.sock is None:  # a supervisor announces its shared socket itself, once
         port = sock.getsockname()[1]
         log.info("Running on https://%s (CTRL + C to quit)", bind_address(options.host, port))
@@ -431,19 +424,14 @@ async def drain(
     await end_connections(dict(connections))
 
 
-def _closer(listener: asyncio.Server) -> Callable[[], Awaitable[None]]:
-    async def close() -> None:
-        listener.close()
-        await listener.wait_closed()
-
-    return close
-
-
-def _stopper(accepting: asyncio.Task[None], sock: socket.socket) -> Callable[[], Awaitable[None]]:
+def _stopper(
+    accepting: asyncio.Task[None], sock: socket.socket, connections: Connections
+) -> Callable[[], Awaitable[None]]:
     async def stop() -> None:
         accepting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await accepting
         sock.close()  # this worker's descriptor; its siblings keep theirs
+        connections.close()
 
     return stop

@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from secure_orca.credentials import flags
 from secure_orca.pki import DevPKI
 from secure_orca.server.flags import parse_duration
+from secure_orca.server.http import pending
+from secure_orca.server.http.pending import HandshakeLimits
 from secure_orca.server.metrics import parse_address
 from secure_orca.server.options.common import problem, value, within
 
@@ -32,6 +34,7 @@ class ServingConfig:
     reload_interval: float = 1.0
     workers: int = 0  # --workers; 0: one per CPU of the cgroup's quota, resolved when serving starts
     event_loop: str = "asyncio"  # --event-loop: asyncio (the standard library's) or uvloop (the uvloop extra)
+    handshake: HandshakeLimits = field(default_factory=HandshakeLimits)  # the --tls-* and --max-pending-* flags
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +82,44 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "'secure-orca[uvloop]'; docs/performance.md measures both); default: $SECURE_ORCA_EVENT_LOOP, else asyncio",
     )
     a(
+        "--tls-client-hello-timeout",
+        default=f"{pending.HELLO_TIMEOUT:g}s",
+        help="a new connection's TLS ClientHello must have come within this time of its accept, else it is closed "
+        f"(default {pending.HELLO_TIMEOUT:g}s)",
+    )
+    a(
+        "--tls-handshake-timeout",
+        default=f"{pending.HANDSHAKE_TIMEOUT:g}s",
+        help="a new connection's TLS handshake must complete within this time of its accept, else it is closed "
+        f"(default {pending.HANDSHAKE_TIMEOUT:g}s: the TLSHandshakeTimeout of Go's http.Transport and client-go; "
+        "kube-apiserver allows 32s)",
+    )
+    a(
+        "--max-pending-tls-handshakes",
+        type=int,
+        default=pending.MAX_PENDING,
+        metavar="N",
+        help="per worker, connections whose TLS handshake has not completed; a new one past it closes the oldest "
+        f"(default {pending.MAX_PENDING}; at most half of RLIMIT_NOFILE's soft limit is used)",
+    )
+    a(
+        "--max-pending-tls-handshakes-per-address",
+        type=int,
+        default=pending.MAX_PENDING_PER_ADDRESS,
+        metavar="N",
+        help="per worker, the same from one client address (IPv6: one /64); a new one past it closes that "
+        f"address's oldest (default {pending.MAX_PENDING_PER_ADDRESS})",
+    )
+    a(
+        "--tls-handshake-threads",
+        type=int,
+        default=pending.HANDSHAKE_THREADS,
+        metavar="N",
+        help="per worker, threads that run TLS handshake steps off the event loop; 0 runs them on the loop "
+        f"(default {pending.HANDSHAKE_THREADS}; asyncio's loop only: under --event-loop uvloop, uvloop's own TLS "
+        "runs every handshake on its loop, with the deadline of --tls-handshake-timeout and no caps)",
+    )
+    a(
         "--certs-dir",
         type=Path,
         default=Path("certs"),
@@ -110,6 +151,18 @@ def validate(args: argparse.Namespace) -> list[str]:
     out += within("--request-timeout", lambda: parse_duration(args.request_timeout), 0.01, 3600, "10ms and 1h")
     reload = args.credential_reload_interval
     out += within("--credential-reload-interval", lambda: parse_duration(reload), 0.05, 3600, "50ms and 1h")
+    out += within(
+        "--tls-client-hello-timeout", lambda: parse_duration(args.tls_client_hello_timeout), 0.1, 60, "100ms and 1m"
+    )
+    out += within(
+        "--tls-handshake-timeout", lambda: parse_duration(args.tls_handshake_timeout), 0.1, 300, "100ms and 5m"
+    )
+    if not 1 <= args.max_pending_tls_handshakes <= 1_000_000:
+        out.append("--max-pending-tls-handshakes: must be between 1 and 1000000")
+    if not 1 <= args.max_pending_tls_handshakes_per_address <= args.max_pending_tls_handshakes:
+        out.append("--max-pending-tls-handshakes-per-address: must be between 1 and --max-pending-tls-handshakes")
+    if not 0 <= args.tls_handshake_threads <= 64:
+        out.append("--tls-handshake-threads: must be between 0 and 64")
     if args.metrics_bind_address:
         out += problem("--metrics-bind-address", lambda: parse_address(args.metrics_bind_address))
     return out
@@ -129,4 +182,11 @@ def to_config(args: argparse.Namespace, dev: DevPKI | None) -> ServingConfig:
         reload_interval=value("--credential-reload-interval", lambda: parse_duration(args.credential_reload_interval)),
         workers=args.workers,
         event_loop=args.event_loop,
+        handshake=HandshakeLimits(
+            hello_timeout=value("--tls-client-hello-timeout", lambda: parse_duration(args.tls_client_hello_timeout)),
+            handshake_timeout=value("--tls-handshake-timeout", lambda: parse_duration(args.tls_handshake_timeout)),
+            max_pending=args.max_pending_tls_handshakes,
+            max_pending_per_address=args.max_pending_tls_handshakes_per_address,
+            threads=args.tls_handshake_threads,
+        ),
     )
