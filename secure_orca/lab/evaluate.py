@@ -53,7 +53,8 @@ from secure_orca.lab.results import (
 from secure_orca.lab.staleness import OOB_PERIOD, weight_control, weights_moved
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.optin import header_value
-from secure_orca.probe.audit import ProbeConfig, ProbeResult, probe
+from secure_orca.probe.audit import ProbeConfig, probe
+from secure_orca.probe.verdict import ProbeResult
 
 THROUGH_LB_AT_ONCE = 3  # Envoy deployments probed side by side (each a replica and an Envoy)
 
