@@ -10,6 +10,9 @@ phasing. No figure of the run is past its threshold, and ±10% noise on every fi
 
 from __future__ import annotations
 
-OPTION = "load-reader"  # KEP-6315 option 2b, as --endpoint-load-metrics-auth and envoy-config --option name it
+from secure_orca import kep_options
+
+CHOICE = kep_options.LOAD_READER  # KEP-6315 option 2b
+OPTION = CHOICE.name  # as --endpoint-load-metrics-auth and envoy-config --option name it
 TITLE = "2b. load-reader client certificate"  # as the evaluation titles it (lab/options.py TITLES)
-SERVE_MODES = (OPTION,)  # serve's --endpoint-load-metrics-auth default
+SERVE_MODES = CHOICE.modes  # serve's --endpoint-load-metrics-auth default

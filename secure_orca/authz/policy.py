@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from enum import StrEnum
 
 from secure_orca.authz.reasons import Reason
 from secure_orca.authz.secrets import SecretSet
+from secure_orca.kep_options import Mode
 from secure_orca.orca import optin
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult, Failure
-
-
-class Mode(StrEnum):
-    """The KEP's options as ``--endpoint-load-metrics-auth`` names them (2b: the load-reader credential)."""
-
-    FRONT_PROXY = "front-proxy"  # option 2
-    SHARED_SECRET = "shared-secret"  # option 3
-    HEADER_ONLY = "header-only"  # option 1
-    LOAD_READER = "load-reader"  # option 2b
-
 
 MODES = tuple(Mode)
 DEFAULT_MODES = (Mode.FRONT_PROXY, Mode.SHARED_SECRET)

@@ -22,6 +22,7 @@ from secure_orca.cli import envoy as envoy_cli
 from secure_orca.deploy import manifests as m
 from secure_orca.deploy import yamltext
 from secure_orca.errors import UsageError
+from secure_orca.kep_options import Mode
 from secure_orca.pki import DevPKI
 from secure_orca.x509.chainverifier import common_name
 
@@ -158,12 +159,12 @@ def generate(args: argparse.Namespace) -> dict[str, str]:
     creds = config.credentials
     fp = (
         _cn(creds.front_proxy_cert, "--front-proxy-cert-file")
-        if "front-proxy" in modes and creds.front_proxy_cert
+        if Mode.FRONT_PROXY in modes and creds.front_proxy_cert
         else None
     )
     lr = (
         _cn(creds.load_reader_cert, "--load-reader-cert-file")
-        if "load-reader" in modes and creds.load_reader_cert
+        if Mode.LOAD_READER in modes and creds.load_reader_cert
         else None
     )
     deployment = dataclasses.replace(

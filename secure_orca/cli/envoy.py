@@ -33,6 +33,7 @@ from secure_orca import recommended
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.envoy import files
 from secure_orca.errors import FlagError, UsageError
+from secure_orca.kep_options import Mode, modes_of
 from secure_orca.pki import DevPKI
 from secure_orca.server.flags import parse_duration, parse_list
 
@@ -112,13 +113,14 @@ def _credentials(args: argparse.Namespace) -> envoy.Credentials:
         "--tls-private-key-file": chosen.listener_key,
         "--upstream-ca-file": chosen.upstream_ca,
     }
-    if "front-proxy" in args.option:
+    modes = modes_of(args.option)
+    if Mode.FRONT_PROXY in modes:
         needed |= {"--front-proxy-cert-file": chosen.front_proxy_cert, "--front-proxy-key-file": chosen.front_proxy_key}
-    if "shared-secret" in args.option:
+    if Mode.SHARED_SECRET in modes:
         needed["--secret-file"] = chosen.secret_file
-    if "front-proxy" in args.option and not args.no_client_certificates:
+    if Mode.FRONT_PROXY in modes and not args.no_client_certificates:
         needed["--client-ca-file"] = chosen.client_ca
-    if "load-reader" in args.option:
+    if Mode.LOAD_READER in modes:
         needed |= {"--load-reader-cert-file": chosen.load_reader_cert, "--load-reader-key-file": chosen.load_reader_key}
     for flag, path in needed.items():
         if path is None or not Path(path).is_file():
@@ -168,7 +170,7 @@ def build(args: argparse.Namespace) -> envoy.LBConfig:
         config = files.with_inline_secret(config)
     except envoy.ConfigError as error:
         raise UsageError(str(error)) from None
-    if "shared-secret" in config.modes and not args.secret_inline and args.output is None:
+    if Mode.SHARED_SECRET in config.modes and not args.secret_inline and args.output is None:
         raise UsageError(
             "--output: the shared-secret option writes an SDS file next to the bootstrap; "
             "give --output FILE (or --secret-inline)"

@@ -21,17 +21,10 @@ from typing import TextIO
 
 from secure_orca.credentials import loader
 from secure_orca.errors import CredentialError, UsageError
-from secure_orca.probe.audit import (
-    TIMING_ALPHA,
-    Cause,
-    ProbeConfig,
-    ProbeError,
-    ProbeResult,
-    VectorResult,
-    impersonation_summary,
-    probe,
-)
+from secure_orca.probe.audit import ProbeConfig, ProbeError, probe
+from secure_orca.probe.stats import TIMING_ALPHA
 from secure_orca.probe.vectors import DEFAULT_PATH
+from secure_orca.probe.verdict import Cause, ProbeResult, VectorResult, impersonation_summary
 
 HELP = "audit an HTTPS endpoint for load-metrics leaks to clients that bypass the load balancer"
 

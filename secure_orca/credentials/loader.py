@@ -15,9 +15,10 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from secure_orca import credential_flags as flags
 from secure_orca.authn import tokenfile
 from secure_orca.authn.user import UserInfo
-from secure_orca.credentials import flags, kinds
+from secure_orca.credentials import kinds
 from secure_orca.credentials.files import FileContent, read_credential
 from secure_orca.credentials.kinds import KeyPair
 from secure_orca.errors import CredentialError

@@ -39,6 +39,7 @@ from typing import Any
 
 from secure_orca.addresses import is_loopback
 from secure_orca.errors import SecureOrcaError
+from secure_orca.kep_options import Mode, modes_of, option_named
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
@@ -47,7 +48,7 @@ from secure_orca.orca.optin import header_value
 
 OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only", "load-reader")
 OOB_SERVICE_PREFIX = "/xds.service.orca.v3.OpenRcaService/"  # no client of the load balancer may call it
-OOB_OPTIONS = ("front-proxy", "load-reader")  # the out-of-band stream is entitled by the certificate alone
+OOB_OPTIONS = tuple(o for o in OPTIONS if option_named(o).certificate_entitles)  # the stream: by certificate alone
 POLICIES = ("cswrr", "round-robin")
 SECRET_DELIVERIES = ("sds", "inline")
 # Report headers removed from every response and trailer before a client sees them: ours, and the legacy
@@ -217,8 +218,8 @@ class LBConfig:
     oob_period: float | None = None  # out-of-band reports every this many seconds, no opt-in; None: in-band
 
     @property
-    def modes(self) -> frozenset[str]:
-        return frozenset(self.option.split(","))
+    def modes(self) -> frozenset[Mode]:
+        return frozenset(modes_of(self.option))
 
     @property
     def zones(self) -> list[str]:
@@ -247,11 +248,11 @@ class LBConfig:
         if not is_loopback(self.admin_host):
             raise ConfigError(f"admin address {self.admin_host}: the admin interface must stay on loopback")
         creds = self.credentials
-        if "front-proxy" in self.modes and (creds.front_proxy_cert is None or creds.front_proxy_key is None):
+        if Mode.FRONT_PROXY in self.modes and (creds.front_proxy_cert is None or creds.front_proxy_key is None):
             raise ConfigError("option front-proxy needs the front-proxy client certificate and key")
-        if "shared-secret" in self.modes and creds.secret_file is None:
+        if Mode.SHARED_SECRET in self.modes and creds.secret_file is None:
             raise ConfigError("option shared-secret needs the secret file")
-        if "load-reader" in self.modes and (creds.load_reader_cert is None or creds.load_reader_key is None):
+        if Mode.LOAD_READER in self.modes and (creds.load_reader_cert is None or creds.load_reader_key is None):
             raise ConfigError("option load-reader needs the load-reader client certificate and key")
         if self.oob_period is not None:
             if self.option not in OOB_OPTIONS:
@@ -266,7 +267,7 @@ class LBConfig:
     def authenticates(self) -> bool:
         """Envoy acts as kube's authenticating front proxy: it verifies client certificates against the client
         CA and asserts their identity upstream, where its front-proxy certificate makes the replicas believe it."""
-        return "front-proxy" in self.modes and self.credentials.client_ca is not None
+        return Mode.FRONT_PROXY in self.modes and self.credentials.client_ca is not None
 
 
 # ---- pieces of the bootstrap -------------------------------------------------------------------------------
@@ -317,10 +318,10 @@ def upstream_tls(config: LBConfig) -> dict[str, Any]:
             "match_typed_subject_alt_names": [{"san_type": san_type, "matcher": {"exact": config.server_name}}],
         },
     }
-    if "front-proxy" in config.modes:
+    if Mode.FRONT_PROXY in config.modes:
         assert creds.front_proxy_cert is not None and creds.front_proxy_key is not None
         common["tls_certificates"] = [_pair(creds.front_proxy_cert, creds.front_proxy_key)]
-    elif "load-reader" in config.modes:
+    elif Mode.LOAD_READER in config.modes:
         assert creds.load_reader_cert is not None and creds.load_reader_key is not None
         common["tls_certificates"] = [_pair(creds.load_reader_cert, creds.load_reader_key)]
     tls: dict[str, Any] = {"common_tls_context": common}
@@ -419,12 +420,12 @@ def cluster(config: LBConfig) -> dict[str, Any]:
 
 
 def _secret_in_sds(config: LBConfig) -> bool:
-    return "shared-secret" in config.modes and config.secret_delivery == "sds"
+    return Mode.SHARED_SECRET in config.modes and config.secret_delivery == "sds"
 
 
 def _optin_value(config: LBConfig) -> str:
     """The opt-in the route sets: the bare one, or (inline delivery) with the secret."""
-    if "shared-secret" not in config.modes:
+    if Mode.SHARED_SECRET not in config.modes:
         return header_value("TEXT")
     if config.inline_secret is None:
         raise ConfigError("secret delivery inline needs the secret (files.with_inline_secret reads it)")

@@ -27,6 +27,7 @@ from secure_orca import pki
 from secure_orca.credentials import devpki
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.hpackcost import wire as hpack_wire
+from secure_orca.kep_options import Mode, option_named
 from secure_orca.lab import instrcount, loadgen, matched
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
@@ -53,8 +54,10 @@ from secure_orca.lab.results import (
 from secure_orca.lab.staleness import OOB_PERIOD, weight_control, weights_moved
 from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.optin import header_value
-from secure_orca.probe.audit import ProbeConfig, ProbeResult, probe
+from secure_orca.probe.audit import ProbeConfig, probe
+from secure_orca.probe.verdict import ProbeResult
 
+CLIENT_ROLES = {Mode.FRONT_PROXY: "front_proxy_client", Mode.LOAD_READER: "load_reader_client"}  # dev PKI names
 THROUGH_LB_AT_ONCE = 3  # Envoy deployments probed side by side (each a replica and an Envoy)
 
 
@@ -64,15 +67,14 @@ def log(message: str) -> None:
 
 def lb_identity(dev: pki.DevPKI, option: str) -> loadgen.Identity:
     """What the load balancer sends upstream under ``option`` (with both, it presents the certificate)."""
-    if "front-proxy" in option:
-        return loadgen.Identity("lb", dev.cert("front_proxy_client"), dev.key("front_proxy_client"), "TEXT")
-    if option == "load-reader":
-        return loadgen.Identity("lb", dev.cert("load_reader_client"), dev.key("load_reader_client"), "TEXT")
-    if option == OUT_OF_BAND:  # its requests carry no opt-in: the reports come on the stream
-        return loadgen.Identity("lb", dev.cert("load_reader_client"), dev.key("load_reader_client"))
-    if option == "shared-secret":
+    chosen = option_named(option)
+    optin = None if chosen.out_of_band else "TEXT"  # out of band, requests carry no opt-in: reports come on the stream
+    if chosen.certificate is not None:
+        role = CLIENT_ROLES[chosen.certificate]
+        return loadgen.Identity("lb", dev.cert(role), dev.key(role), optin)
+    if chosen.secret:
         return loadgen.Identity("lb", optin=header_value(secret=secret_of(dev)))
-    return loadgen.Identity("lb", optin="TEXT")
+    return loadgen.Identity("lb", optin=optin)
 
 
 def secret_of(dev: pki.DevPKI) -> str:
@@ -80,25 +82,22 @@ def secret_of(dev: pki.DevPKI) -> str:
 
 
 def probe_config(dev: pki.DevPKI, option: str, samples: int, control_url: str | None = None) -> ProbeConfig:
-    role = None
-    if "front-proxy" in option:
-        role = "front_proxy_client"
-    elif auth_mode(option) == "load-reader":
-        role = "load_reader_client"
+    chosen = option_named(option)
+    role = CLIENT_ROLES[chosen.certificate] if chosen.certificate is not None else None
     return ProbeConfig(
         cacert=dev.cert("ca"),
         lb_cert=dev.cert(role) if role else None,
         lb_key=dev.key(role) if role else None,
-        lb_load_reader=auth_mode(option) == "load-reader",
-        lb_secret=secret_of(dev) if "shared-secret" in option else None,
+        lb_load_reader=chosen.modes == (Mode.LOAD_READER,),
+        lb_secret=secret_of(dev) if chosen.secret else None,
         client_cert=dev.cert("user"),
         client_key=dev.key("user"),
         client_ca_cert=dev.cert("client_ca"),  # the shared-CA vector: users of --client-ca-file named like the LB
         client_ca_key=dev.key("client_ca"),
-        timing_samples=samples if "shared-secret" in option else 0,
+        timing_samples=samples if chosen.secret else 0,
         control_url=control_url,
         seed=6315,
-        lb_header_only=option == "header-only",
+        lb_header_only=chosen.header_only,
     )
 
 
@@ -304,7 +303,7 @@ def evaluate(output: Path, quick: bool, use_envoy: bool, count_instructions: boo
             request_cost=costs[o],
             hpack_request_first_bytes=request_bytes[o][0],
             hpack_request_bytes=request_bytes[o][1],
-            handshake=handshake if "front-proxy" in o else no_handshake,
+            handshake=handshake if option_named(o).certificate == Mode.FRONT_PROXY else no_handshake,
             hpack_response=None if o == OUT_OF_BAND else response,
             out_of_band=out_of_band if o == OUT_OF_BAND else None,
         )

@@ -20,9 +20,10 @@ from typing import Any
 
 import httpx
 
-from secure_orca import pki
+from secure_orca import credential_flags, pki
 from secure_orca.envoy import bootstrap as config_gen
 from secure_orca.envoy import files
+from secure_orca.kep_options import modes_of, serve_flags
 from secure_orca.lab import replicas as launch
 
 _ADMIN_ADDRESS = re.compile(r"^(?P<host>.+):(?P<port>\d+)$")
@@ -197,22 +198,15 @@ def replica_flags(dev: pki.DevPKI, option: str, *extra: str) -> list[str]:
         "--endpoint-load-metrics-auth",
         option,
     ]
-    if "front-proxy" in option:
-        flags += [
-            "--requestheader-client-ca-file",
-            str(dev.cert("front_proxy_ca")),
-            "--requestheader-allowed-names",
-            pki.FRONT_PROXY_CN,
-        ]
-    if "shared-secret" in option:
-        flags += ["--endpoint-load-metrics-secret-file", str(dev.secret)]
-    if "load-reader" in option:
-        flags += [
-            "--endpoint-load-metrics-client-ca-file",
-            str(dev.cert("load_reader_ca")),
-            "--endpoint-load-metrics-allowed-names",
-            pki.LOAD_READER_CN,
-        ]
+    values = {
+        credential_flags.REQUESTHEADER_CA: str(dev.cert("front_proxy_ca")),
+        credential_flags.ALLOWED_NAMES: pki.FRONT_PROXY_CN,
+        credential_flags.SECRET: str(dev.secret),
+        credential_flags.LOAD_READER_CA: str(dev.cert("load_reader_ca")),
+        credential_flags.LOAD_READER_NAMES: pki.LOAD_READER_CN,
+    }
+    for flag in serve_flags(modes_of(option)):
+        flags += [flag, values[flag]]
     return [*flags, *extra]
 
 

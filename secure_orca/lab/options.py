@@ -3,8 +3,10 @@ in the matrix, and what each asks of the operator (pure data)."""
 
 from __future__ import annotations
 
-OPTIONS = ("header-only", "front-proxy", "load-reader", "shared-secret", "front-proxy,shared-secret", "out-of-band")
-OUT_OF_BAND = "out-of-band"  # option 4: no in-band report; StreamCoreMetrics entitled by the load-reader certificate
+from secure_orca import kep_options
+
+OPTIONS = tuple(o.name for o in kep_options.OPTIONS)
+OUT_OF_BAND = kep_options.OUT_OF_BAND.name  # option 4: no in-band report; the stream entitled by 2b's certificate
 TITLES = {
     "header-only": "1. header only",
     "front-proxy": "2. front-proxy client certificate",
@@ -25,7 +27,7 @@ NEW_FLAGS = {"header-only": 0, "front-proxy": 0, "load-reader": 2, "shared-secre
 def auth_mode(option: str) -> str:
     """The replica's ``--endpoint-load-metrics-auth`` for ``option``: option 4's replica is in load-reader mode
     (the stream is served in certificate modes) and its load balancer never opts in."""
-    return "load-reader" if option == OUT_OF_BAND else option
+    return kep_options.option_named(option).auth
 
 
 BURDEN = {

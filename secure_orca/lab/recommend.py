@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from secure_orca.kep_options import option_named
 from secure_orca.lab.options import NEW_FLAGS, OPTIONS, OUT_OF_BAND, TITLES
 from secure_orca.lab.results import Evaluation, Grants, Instructions, MatchedCell, OutOfBand, Spread
 from secure_orca.probe.stats import TIMING_ALPHA, mann_whitney_u, median
@@ -516,11 +517,8 @@ def recommend(results: Evaluation) -> list[str]:
 
 def presents(option: str) -> str | None:
     """The client certificate the load balancer presents under ``option`` (None: none)."""
-    if "front-proxy" in option:
-        return "front-proxy"
-    if option in ("load-reader", OUT_OF_BAND):
-        return "load-reader"
-    return None
+    certificate = option_named(option).certificate
+    return str(certificate) if certificate is not None else None
 
 
 def figures(results: Evaluation) -> list[Figures]:
@@ -550,7 +548,7 @@ def figures(results: Evaluation) -> list[Figures]:
                 bypass_vectors=cell.bypass.vectors,
                 bypass_verdict=cell.bypass.verdict,
                 grants=cell.bypass.grants,
-                lb_secret="shared-secret" in option,
+                lb_secret=option_named(option).secret,
                 lb_certificate=certificate is not None,
                 cost=measured.request_ratio if measured else None,
                 through_lb_verdict=cell.through_lb.verdict,

@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from secure_orca import credential_flags as flags
 from secure_orca.errors import SecureOrcaError
 from secure_orca.pki import DevPKI
 
@@ -142,11 +143,11 @@ def serve_argv(
         host,
         "--secure-port",
         str(port),
-        "--tls-cert-file",
+        flags.TLS_CERT,
         str(pki.cert("server")),
-        "--tls-private-key-file",
+        flags.TLS_KEY,
         str(pki.key("server")),
-        "--client-ca-file",
+        flags.CLIENT_CA,
         str(pki.cert("client_ca")),
         # The lab's load balancers and load generators act as the front proxy without naming users.
         "--requestheader-missing-user=anonymous",

@@ -12,7 +12,7 @@ import socket
 import ssl
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +26,7 @@ from secure_orca.h2client import H2Loop, client_connection
 from secure_orca.orca import oob
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.probe.vectors import CLEARTEXT, Headers, Identity, Vector
+from secure_orca.probe.verdict import Exchange
 
 MAX_BODY = 1 << 20
 USER_AGENT = b"secure-orca-probe/0.1"
@@ -33,22 +34,6 @@ USER_AGENT = b"secure-orca-probe/0.1"
 
 class ProbeError(SecureOrcaError, ValueError):
     """Unusable probe input (URL, credential file); the message is one line and never holds a secret."""
-
-
-# --- responses -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Exchange:
-    """What came back for one request; ``error_kind`` is set when no complete response arrived."""
-
-    status: int | None = None
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    trailers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    alpn: str | None = None
-    body: bytes = b""  # kept up to MAX_BODY (the identity read back from selfsubjectreviews)
-    error_kind: str | None = None  # connect, server-cert, handshake, not-h2, reset, closed, timeout, protocol
-    error: str = ""
 
 
 # --- connecting ------------------------------------------------------------------------------------------

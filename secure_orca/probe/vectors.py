@@ -136,23 +136,23 @@ class Variant:
 def variant(name: str, description: str, *values: bytes | tuple[bytes, bytes], shown: Sequence[str] = ()) -> Variant:
     """A variant from values of the opt-in header, or (name, value) pairs for other header names."""
     fields = tuple(v if isinstance(v, tuple) else (OPTIN, v) for v in values)
-    display = tuple(shown) or tuple(f"{n.decode('latin-1')}: {_printable(v)}" for n, v in fields)
+    display = tuple(shown) or tuple(f"{n.decode('latin-1')}: {printable(v)}" for n, v in fields)
     return Variant(name, description, fields, display)
 
 
-def _printable(value: bytes, limit: int = 80) -> str:
+def printable(value: bytes, limit: int = 80) -> str:
     if len(value) > limit:
-        return f"{_printable(value[:24])}...<{len(value)} bytes>"
+        return f"{printable(value[:24])}...<{len(value)} bytes>"
     text = value.decode("latin-1")
     return text if text.isascii() and text.isprintable() else repr(value)[2:-1]
 
 
-def _secret_value(secret: str) -> bytes:
+def secret_value(secret: str) -> bytes:
     return f"TEXT; secret={secret}".encode()
 
 
 def _secret_variant(name: str, description: str, secret: str, kind: str) -> Variant:
-    return variant(name, description, _secret_value(secret), shown=(f"{OPTIN.decode()}: TEXT; secret=<{kind}>",))
+    return variant(name, description, secret_value(secret), shown=(f"{OPTIN.decode()}: TEXT; secret=<{kind}>",))
 
 
 NO_OPT_IN = variant("no-opt-in", "no opt-in header at all (a server must never report unasked)")
@@ -225,7 +225,7 @@ def oob_variants() -> list[Variant]:
     ]
 
 
-def _flip(secret: str, index: int, rng: random.Random) -> str:
+def flip(secret: str, index: int, rng: random.Random) -> str:
     """``secret`` with the character at ``index`` replaced by another character of the secret alphabet."""
     index %= len(secret)
     new = rng.choice([c for c in _SECRET_ALPHABET if c != secret[index]])
@@ -242,7 +242,7 @@ def _near_misses(base: str, whose: str, label: str, rng: random.Random) -> list[
         (f"secret-{label}prefix-half", f"the first half of the {whose}", base[: len(base) // 2]),
         (f"secret-{label}prefix-all-but-one", f"the {whose} without its last character", base[:-1]),
         (f"secret-{label}extended", f"the {whose} with one character appended", base + "A"),
-        (f"secret-{label}last-changed", f"the {whose} with its last character changed", _flip(base, -1, rng)),
+        (f"secret-{label}last-changed", f"the {whose} with its last character changed", flip(base, -1, rng)),
     ]
 
 
@@ -272,7 +272,7 @@ def secret_variants(guess: str | None, known: str | None, rng: random.Random) ->
             "secret-duplicate",
             "a plain TEXT then a wrong secret, as two fields",
             b"TEXT",
-            _secret_value(random_secret(length, rng)),
+            secret_value(random_secret(length, rng)),
             shown=(f"{OPTIN.decode()}: TEXT", f"{OPTIN.decode()}: TEXT; secret=<wrong>"),
         )
     )

@@ -9,9 +9,9 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from secure_orca import credential_flags as flags
 from secure_orca import pki
 from secure_orca.authz.policy import Mode
-from secure_orca.credentials import flags
 from secure_orca.credentials.loader import CredentialFiles
 from secure_orca.errors import UsageError
 from secure_orca.server.options import audit, authentication, backend, load_metrics, oob, serving

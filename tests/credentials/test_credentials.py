@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from secure_orca import credential_flags as flags
 from secure_orca import pki
-from secure_orca.credentials import devpki, flags, loader
+from secure_orca.credentials import devpki, loader
 from secure_orca.errors import CredentialError
 
 PACKAGE = Path(__file__).resolve().parents[2] / "secure_orca"

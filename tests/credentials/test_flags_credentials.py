@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from secure_orca import credential_flags as flags
 from secure_orca import pki
-from secure_orca.credentials import devpki, flags
+from secure_orca.credentials import devpki
 from secure_orca.credentials.loader import read_ca_bundle, read_key_pair, read_secrets
 from secure_orca.errors import CredentialError, FlagError
 from secure_orca.server.flags import parse_duration, parse_feature_gates, parse_list, parse_proxy

@@ -12,8 +12,9 @@ from secure_orca.cli import probe as probe_cli
 from secure_orca.orca import oob
 from secure_orca.probe import audit as probe
 from secure_orca.probe import vectors as probe_vectors
-from secure_orca.probe.audit import ProbeConfig, VectorResult
-from secure_orca.probe.transport import Exchange
+from secure_orca.probe import verdict as probe_verdict
+from secure_orca.probe.audit import ProbeConfig
+from secure_orca.probe.verdict import Exchange, VectorResult
 from tests.standin import serving
 
 OPTIN = probe_vectors.OPTIN.decode()
@@ -52,13 +53,13 @@ def test_one_opt_in_answered_to_anyone_is_one_cause_whatever_else_the_request_ca
         _leak(f"impersonation:forged-plain/wrong-ca/http/1.1 {REVIEWS}", impersonation="unknown"),
     ]
     results = [_clean("header:no-opt-in/none/h2"), *leaks]
-    (cause,) = probe.find_causes(results)
-    assert cause.kind == "report" and cause.who == probe.ANY_CLIENT and cause.asked == OPTIN
+    (cause,) = probe_verdict.find_causes(results)
+    assert cause.kind == "report" and cause.who == probe_verdict.ANY_CLIENT and cause.asked == OPTIN
     assert list(cause.results) == leaks
     assert "no secret is checked (1 wrong secrets got one)" in cause.title
     assert cause.answers() == ["header endpoint-load-metrics: TEXT cpu_utilization=0.5"]
     assert cause.by_group()[f"impersonation {REVIEWS}"] == ["forged-plain/wrong-ca/http/1.1"]
-    verdict, reason = probe.decide([], results)
+    verdict, reason = probe_verdict.decide([], results)
     assert verdict == "leak" and reason.startswith("6 of 7 vectors leaked, from 1 cause: any client")
 
 
@@ -69,15 +70,15 @@ def test_other_shapes_and_identities_are_other_causes() -> None:
         _leak("spelling:format-text/none/http/1.1"),
         _leak("spelling:format-JSON/none/http/1.1"),
         _leak("spelling:format-json/none/http/1.1"),
-        _leak("oob:grpc/wrong-eku/h2 " + oob.PATH, detail=probe.STREAM_FOUND),
+        _leak("oob:grpc/wrong-eku/h2 " + oob.PATH, detail=probe_verdict.STREAM_FOUND),
         _leak("identity:TEXT/expired/h2"),
         _clean("identity:TEXT/none/h2"),
         _clean(f"impersonation:forged-lower-case/none/h2 {REVIEWS}", impersonation="none"),
         _clean(f"impersonation:forged-lower-case/expired/h2 {REVIEWS}", impersonation="leak"),
     ]
-    causes = probe.find_causes(results)
+    causes = probe_verdict.find_causes(results)
     assert [(c.kind, c.asked, c.who, len(c.results)) for c in causes] == [
-        ("report", FORMAT, probe.ANY_CLIENT, 3),
+        ("report", FORMAT, probe_verdict.ANY_CLIENT, 3),
         ("report", f"POST {oob.PATH}", "wrong-eku", 1),
         ("report", OPTIN, "expired", 1),
         ("identity", "x-remote-* identity headers", "expired", 1),
@@ -88,15 +89,15 @@ def test_other_shapes_and_identities_are_other_causes() -> None:
         "reports"
     )
     assert "is believed" in causes[3].title
-    assert probe.decide([], results)[1].startswith("6 of 8 vectors leaked, from 4 causes: ")
+    assert probe_verdict.decide([], results)[1].startswith("6 of 8 vectors leaked, from 4 causes: ")
 
 
 def test_a_believed_load_reader_identity_is_a_cause_and_a_front_proxy_one_is_not() -> None:
     control = VectorResult(
         VECTORS[f"impersonation:forged-lower-case/none/h2 {REVIEWS}"], "leak", "x", impersonation="leak"
     )
-    assert probe.find_causes([], [control], lb_identity_believed=True) == []
-    (cause,) = probe.find_causes([], [control], lb_identity_believed=False)
+    assert probe_verdict.find_causes([], [control], lb_identity_believed=True) == []
+    (cause,) = probe_verdict.find_causes([], [control], lb_identity_believed=False)
     assert cause.kind == "identity"
 
 
@@ -105,34 +106,34 @@ def test_the_whole_leaked_value_is_shown_and_escaped() -> None:
     value = f"TEXT cpu_utilization=0.5, {fields}".encode()
     assert len(value) > 1000
     got = Exchange(200, [(b"endpoint-load-metrics", value)])
-    assert probe.report_evidence(got) == value.decode()
+    assert probe_verdict.report_evidence(got) == value.decode()
     hostile = Exchange(200, [(b"endpoint-load-metrics", b"TEXT a=1\x1b[2J" + b"b" * 300)])
-    evidence = probe.report_evidence(hostile)
+    evidence = probe_verdict.report_evidence(hostile)
     assert "\x1b" not in evidence and evidence.endswith("b" * 300)
 
 
 # --- the summary's words (pure) ---------------------------------------------------------------------------
 
 
-def _forged(*seen: probe.Impersonation) -> list[VectorResult]:
+def _forged(*seen: probe_verdict.Impersonation) -> list[VectorResult]:
     name = f"impersonation:forged-plain/none/http/1.1 {REVIEWS}"
     return [_clean(name, impersonation=s) for s in seen]
 
 
 def test_not_checked_is_never_none() -> None:
-    assert probe.impersonation_summary(_forged("unknown", "unknown")) == (
+    assert probe_verdict.impersonation_summary(_forged("unknown", "unknown")) == (
         "not checked: no identity could be read back (2 forged identities: 2 unknown)"
     )
-    assert probe.impersonation_summary(_forged("none", "unknown", "unknown")) == (
+    assert probe_verdict.impersonation_summary(_forged("none", "unknown", "unknown")) == (
         "not checked for 2 of 3 forged identities: no identity could be read back "
         "(3 forged identities: 1 none, 2 unknown)"
     )
-    assert probe.impersonation_summary(_forged("none", "none")) == "none believed (2 forged identities: 2 none)"
-    assert probe.impersonation_summary(_forged("leak", "unknown")).startswith("LEAK ")  # type: ignore[union-attr]
-    assert probe.impersonation_summary([_clean("identity:TEXT/none/h2")]) is None
+    assert probe_verdict.impersonation_summary(_forged("none", "none")) == "none believed (2 forged identities: 2 none)"
+    assert probe_verdict.impersonation_summary(_forged("leak", "unknown")).startswith("LEAK ")  # type: ignore[union-attr]
+    assert probe_verdict.impersonation_summary([_clean("identity:TEXT/none/h2")]) is None
 
 
-def _control(outcome: probe.Outcome, secret: bool = True) -> VectorResult:
+def _control(outcome: probe_verdict.Outcome, secret: bool = True) -> VectorResult:
     lb = probe_vectors.Identity("lb", "lb", pem=(b"", b""))
     controls = probe_vectors.control_vectors("/version", lb, "s" * 43 if secret else None)
     return VectorResult(controls[-1], outcome, "d")
@@ -140,10 +141,12 @@ def _control(outcome: probe.Outcome, secret: bool = True) -> VectorResult:
 
 def test_the_timing_check_runs_only_where_the_control_proved_a_secret_is_checked() -> None:
     refused = [_clean("secret:secret-wrong/none/h2")]
-    assert probe.timing_skip([_control("leak")], refused) is None
-    assert "no --lb-secret-file" in str(probe.timing_skip([_control("leak", secret=False)], refused))
-    assert "got no report" in str(probe.timing_skip([_control("no-report")], refused))
-    assert "no secret is checked" in str(probe.timing_skip([_control("leak")], [_leak("secret:secret-wrong/none/h2")]))
+    assert probe_verdict.timing_skip([_control("leak")], refused) is None
+    assert "no --lb-secret-file" in str(probe_verdict.timing_skip([_control("leak", secret=False)], refused))
+    assert "got no report" in str(probe_verdict.timing_skip([_control("no-report")], refused))
+    assert "no secret is checked" in str(
+        probe_verdict.timing_skip([_control("leak")], [_leak("secret:secret-wrong/none/h2")])
+    )
 
 
 def test_a_refused_front_proxy_identity_with_a_working_certificate_suggests_the_load_reader_flag() -> None:
@@ -152,10 +155,10 @@ def test_a_refused_front_proxy_identity_with_a_working_certificate_suggests_the_
     answered = VectorResult(
         VECTORS[review], "leak", "x", 201, impersonation="none", identity_detail="seen as load-reader"
     )
-    verdict, reason = probe.decide(report, [_clean("identity:TEXT/none/h2")], identity_controls=[answered])
+    verdict, reason = probe_verdict.decide(report, [_clean("identity:TEXT/none/h2")], identity_controls=[answered])
     assert verdict == "inconclusive" and "add --lb-load-reader" in reason
     refused = VectorResult(VECTORS[review], "refused-handshake", "x", impersonation="none", identity_detail="refused")
-    verdict, reason = probe.decide(report, [_clean("identity:TEXT/none/h2")], identity_controls=[refused])
+    verdict, reason = probe_verdict.decide(report, [_clean("identity:TEXT/none/h2")], identity_controls=[refused])
     assert verdict == "inconclusive" and "--lb-load-reader" not in reason
 
 

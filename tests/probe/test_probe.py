@@ -23,8 +23,9 @@ from secure_orca.probe import audit as probe
 from secure_orca.probe import stats as probe_stats
 from secure_orca.probe import transport as probe_transport
 from secure_orca.probe import vectors as probe_vectors
+from secure_orca.probe import verdict as probe_verdict
 from secure_orca.probe.audit import ProbeConfig
-from secure_orca.probe.transport import Exchange
+from secure_orca.probe.verdict import Exchange
 from tests.conftest import fp_flags
 from tests.leaky import leaky_server
 from tests.replicas import replica_fixture, run_replicas
@@ -87,18 +88,22 @@ def test_controls_use_the_lb_credentials() -> None:
 
 @pytest.mark.parametrize("index", [0, -1, 5])
 def test_flip_changes_one_character_and_keeps_the_length(index: int) -> None:
-    flipped = probe_vectors._flip(SECRET, index, random.Random(0))
+    flipped = probe_vectors.flip(SECRET, index, random.Random(0))
     assert len(flipped) == len(SECRET)
     assert [i for i, (a, b) in enumerate(zip(flipped, SECRET, strict=True)) if a != b] == [index % len(SECRET)]
 
 
 def test_find_orca_in_headers_and_trailers() -> None:
-    assert probe.find_orca([(b"Endpoint-Load-Metrics", b"TEXT cpu_utilization=0.3")], []) == [
+    assert probe_verdict.find_orca([(b"Endpoint-Load-Metrics", b"TEXT cpu_utilization=0.3")], []) == [
         "header endpoint-load-metrics"
     ]
-    assert probe.find_orca([(b"endpoint-load-metrics-bin", b"CQAAAA==")], []) == ["header endpoint-load-metrics-bin"]
-    assert probe.find_orca([], [(b"x-load", b"TEXT cpu_utilization=0.3, rps_fractional=2")]) == ["trailer x-load"]
-    assert probe.find_orca([(b"x-load", b"TEXT cpu_utilization=0.3")], [(b"grpc-status", b"0")]) == []
+    assert probe_verdict.find_orca([(b"endpoint-load-metrics-bin", b"CQAAAA==")], []) == [
+        "header endpoint-load-metrics-bin"
+    ]
+    assert probe_verdict.find_orca([], [(b"x-load", b"TEXT cpu_utilization=0.3, rps_fractional=2")]) == [
+        "trailer x-load"
+    ]
+    assert probe_verdict.find_orca([(b"x-load", b"TEXT cpu_utilization=0.3")], [(b"grpc-status", b"0")]) == []
 
 
 @pytest.mark.parametrize(
@@ -119,7 +124,7 @@ def test_find_orca_in_headers_and_trailers() -> None:
     ],
 )
 def test_classify(exchange: Exchange, protocol: probe_vectors.Protocol, with_cert: bool, expected: str) -> None:
-    assert probe.classify(exchange, protocol, with_cert)[0] == expected
+    assert probe_verdict.classify(exchange, protocol, with_cert)[0] == expected
 
 
 def test_http1_parser_reads_chunked_trailers() -> None:
@@ -130,7 +135,7 @@ def test_http1_parser_reads_chunked_trailers() -> None:
     assert probe_transport.http1_complete(raw)
     got = probe_transport.parse_http1_response(raw)
     assert got.status == 200 and got.trailers == [(b"endpoint-load-metrics", b"TEXT cpu_utilization=0.5")]
-    assert probe.classify(got, "http/1.1")[0] == "leak"
+    assert probe_verdict.classify(got, "http/1.1")[0] == "leak"
     assert not probe_transport.http1_complete(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
     assert probe_transport.parse_http1_response(b"\x15\x03\x03\x00\x02\x02\x46").error_kind == "protocol"
     assert probe_transport.parse_http1_response(b"").error_kind == "closed"
@@ -160,22 +165,22 @@ def test_u_test_with_ties_and_identical_samples() -> None:
         probe_stats.mann_whitney_u([], [1.0])
 
 
-def _result(outcome: probe.Outcome, group: str = "header") -> probe.VectorResult:
+def _result(outcome: probe_verdict.Outcome, group: str = "header") -> probe_verdict.VectorResult:
     vector = probe_vectors.Vector(f"{group}:{outcome}", "d", "none", "h2", "/version", group=group)
-    return probe.VectorResult(vector, outcome, "kind: detail")
+    return probe_verdict.VectorResult(vector, outcome, "kind: detail")
 
 
 def test_verdicts() -> None:
     ok, failed = [_result("leak", "control")], [_result("no-report", "control")]
     clean = [_result("no-report"), _result("refused-handshake"), _result("not-accepted")]
-    assert probe.decide(ok, clean)[0] == "no-leak"
-    assert probe.decide(ok, [*clean, _result("leak")])[0] == "leak"
-    assert probe.decide([], [*clean, _result("leak")])[0] == "leak"  # a leak needs no control
-    assert probe.decide([], clean)[0] == "inconclusive"
-    assert probe.decide(failed, clean)[0] == "inconclusive"
-    assert probe.decide(ok, [*clean, _result("error")])[0] == "inconclusive"
-    assert probe.decide([], [], "cannot reach")[0] == "unreachable"
-    assert {v: probe.EXIT_CODES[v] for v in ("no-leak", "leak", "inconclusive", "unreachable")} == {
+    assert probe_verdict.decide(ok, clean)[0] == "no-leak"
+    assert probe_verdict.decide(ok, [*clean, _result("leak")])[0] == "leak"
+    assert probe_verdict.decide([], [*clean, _result("leak")])[0] == "leak"  # a leak needs no control
+    assert probe_verdict.decide([], clean)[0] == "inconclusive"
+    assert probe_verdict.decide(failed, clean)[0] == "inconclusive"
+    assert probe_verdict.decide(ok, [*clean, _result("error")])[0] == "inconclusive"
+    assert probe_verdict.decide([], [], "cannot reach")[0] == "unreachable"
+    assert {v: probe_verdict.EXIT_CODES[v] for v in ("no-leak", "leak", "inconclusive", "unreachable")} == {
         "no-leak": 0,
         "leak": 1,
         "inconclusive": 2,
@@ -244,7 +249,7 @@ def _config(dev_pki: pki.DevPKI, *, cert: bool = True, secret: bool = True, **kw
     )
 
 
-def _by_name(result: probe.ProbeResult) -> dict[str, probe.Outcome]:
+def _by_name(result: probe_verdict.ProbeResult) -> dict[str, probe_verdict.Outcome]:
     return {r.vector.name: r.outcome for r in result.results}
 
 
@@ -296,7 +301,7 @@ def test_timing_check_reports_a_p_value(servers: dict[str, str], dev_pki: pki.De
     test, n = result.timing.test, result.timing.samples_per_kind
     assert 0 <= test.u <= n * n
     assert test.p_value == min(1.0, math.erfc(abs(test.z) / math.sqrt(2)))  # two-sided, from its own z
-    assert result.timing.suspicious == (test.p_value < probe.TIMING_ALPHA)
+    assert result.timing.suspicious == (test.p_value < probe_stats.TIMING_ALPHA)
 
 
 def test_positive_control_fails_with_wrong_lb_credentials(
@@ -424,8 +429,10 @@ def _review(user: str, *groups: str, **extra: list[str]) -> Exchange:
         (Exchange(status=201, body=b"not json"), "no-report", "unknown"),
     ],
 )
-def test_impersonation_is_read_back_from_the_review(got: Exchange, outcome: probe.Outcome, expected: str) -> None:
-    assert probe.impersonation_of(got, outcome)[0] == expected
+def test_impersonation_is_read_back_from_the_review(
+    got: Exchange, outcome: probe_verdict.Outcome, expected: str
+) -> None:
+    assert probe_verdict.impersonation_of(got, outcome)[0] == expected
 
 
 def test_impersonation_vectors_cover_identities_protocols_and_spellings() -> None:
@@ -450,13 +457,13 @@ def test_impersonation_vectors_cover_identities_protocols_and_spellings() -> Non
 
 def test_impersonation_verdicts() -> None:
     vector = next(v for v in _vectors() if v.group == "impersonation")
-    clean = probe.VectorResult(vector, "no-report", "status 201", impersonation="none")
-    believed = probe.VectorResult(vector, "no-report", "status 201", impersonation="leak")
-    control = probe.VectorResult(vector, "leak", "report", evidence="TEXT x", impersonation="leak")
-    doubted = probe.VectorResult(vector, "leak", "report", evidence="TEXT x", impersonation="none")
-    assert probe.decide([control], [clean, believed])[0] == "leak"
-    assert probe.decide([control], [clean], identity_controls=[control])[0] == "no-leak"
-    assert probe.decide([control], [clean], identity_controls=[doubted])[0] == "inconclusive"
+    clean = probe_verdict.VectorResult(vector, "no-report", "status 201", impersonation="none")
+    believed = probe_verdict.VectorResult(vector, "no-report", "status 201", impersonation="leak")
+    control = probe_verdict.VectorResult(vector, "leak", "report", evidence="TEXT x", impersonation="leak")
+    doubted = probe_verdict.VectorResult(vector, "leak", "report", evidence="TEXT x", impersonation="none")
+    assert probe_verdict.decide([control], [clean, believed])[0] == "leak"
+    assert probe_verdict.decide([control], [clean], identity_controls=[control])[0] == "no-leak"
+    assert probe_verdict.decide([control], [clean], identity_controls=[doubted])[0] == "inconclusive"
 
 
 def test_a_client_certificate_that_can_act_as_the_front_proxy_is_an_impersonation_leak(dev_pki: pki.DevPKI) -> None:
@@ -502,19 +509,21 @@ def test_a_streamed_report_is_a_leak_and_a_status_is_not() -> None:
     from xds.data.orca.v3 import orca_load_report_pb2
 
     report = oob.frame(orca_load_report_pb2.OrcaLoadReport(cpu_utilization=0.5).SerializeToString())
-    assert probe.classify(_grpc_exchange(report), "h2") == ("leak", "grpc OrcaLoadReport message")
-    assert probe.report_evidence(_grpc_exchange(report)) == "cpu_utilization: 0.5"
+    assert probe_verdict.classify(_grpc_exchange(report), "h2") == ("leak", "grpc OrcaLoadReport message")
+    assert probe_verdict.report_evidence(_grpc_exchange(report)) == "cpu_utilization: 0.5"
     refused = Exchange(status=200, headers=[(b"content-type", b"application/grpc"), (b"grpc-status", b"7")])
-    assert probe.classify(refused, "h2")[0] == "no-report"
-    assert probe.classify(_grpc_exchange(oob.frame(b"")), "h2")[0] == "no-report"  # an empty message says nothing
+    assert probe_verdict.classify(refused, "h2")[0] == "no-report"
+    assert (
+        probe_verdict.classify(_grpc_exchange(oob.frame(b"")), "h2")[0] == "no-report"
+    )  # an empty message says nothing
     not_grpc = Exchange(status=200, headers=[(b"content-type", b"application/json")], body=report)
-    assert probe.classify(not_grpc, "h2")[0] == "no-report"
+    assert probe_verdict.classify(not_grpc, "h2")[0] == "no-report"
 
 
 def test_a_leak_verdict_names_the_spelling_asked_and_answered() -> None:
     asked = next(v for v in _vectors() if v.variant == "format-text" and v.protocol == "http/1.1")
-    leak = probe.VectorResult(asked, "leak", "header endpoint-load-metrics")
-    verdict, reason = probe.decide([], [leak])
+    leak = probe_verdict.VectorResult(asked, "leak", "header endpoint-load-metrics")
+    verdict, reason = probe_verdict.decide([], [leak])
     assert verdict == "leak"
     assert "endpoint-load-metrics-format: text" in reason and "answered in header endpoint-load-metrics" in reason
 
@@ -588,12 +597,12 @@ def test_the_timing_check_states_the_smallest_shift_its_positive_controls_caught
     rng = random.Random(1)
     quiet = [rng.gauss(50, 1) for _ in range(800)]
     noisy = [rng.gauss(50, 20) for _ in range(800)]
-    small = probe.positive_controls(quiet[:400], quiet[400:])
-    large = probe.positive_controls(noisy[:400], noisy[400:])
-    assert set(small) == set(probe.CONTROL_SHIFTS_US)
+    small = probe_verdict.positive_controls(quiet[:400], quiet[400:])
+    large = probe_verdict.positive_controls(noisy[:400], noisy[400:])
+    assert set(small) == set(probe_verdict.CONTROL_SHIFTS_US)
     caught_quiet = min(s for s, p in small.items() if p < probe_stats.TIMING_ALPHA)
     caught_noisy = min(s for s, p in large.items() if p < probe_stats.TIMING_ALPHA)
     assert caught_quiet < caught_noisy <= 30
-    timing = probe.TimingResult(400, 43, True, 50, 50, probe_stats.mann_whitney_u(quiet[:400], quiet[400:]),
+    timing = probe_verdict.TimingResult(400, 43, True, 50, 50, probe_stats.mann_whitney_u(quiet[:400], quiet[400:]),
                                 controls=small)  # fmt: skip
     assert timing.detectable_us == caught_quiet and timing.to_json()["detectable_us"] == caught_quiet

@@ -8,8 +8,8 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from secure_orca import credential_flags as flags
 from secure_orca.authn.requestheader import RequestHeaderConfig
-from secure_orca.credentials import flags
 from secure_orca.pki import FRONT_PROXY_CN, DevPKI
 from secure_orca.server.authentication import AuthenticationConfig
 from secure_orca.server.flags import parse_bool, parse_header_names, parse_list

@@ -9,7 +9,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from secure_orca.credentials import flags
+from secure_orca import credential_flags as flags
 from secure_orca.server.flags import ProxyRoute, parse_duration, parse_off_duration, parse_proxy
 from secure_orca.server.options.common import problem, value, within
 

@@ -7,9 +7,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from secure_orca import credential_flags as flags
 from secure_orca import recommended
 from secure_orca.authz.policy import MODES, Mode
-from secure_orca.credentials import flags
 from secure_orca.orca.report import DEFAULT_DECIMALS
 from secure_orca.pki import LOAD_READER_CN, DevPKI
 from secure_orca.server.flags import parse_duration, parse_feature_gates, parse_list

@@ -6,13 +6,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from secure_orca.authz.policy import Mode
 from secure_orca.authz.streams import Limits
+from secure_orca.kep_options import CERTIFICATE_MODES
 from secure_orca.server.flags import parse_bool, parse_duration
 from secure_orca.server.options.common import problem, value, within
 from secure_orca.server.options.load_metrics import LoadMetricsConfig
-
-CERTIFICATE_MODES = frozenset({Mode.FRONT_PROXY, Mode.LOAD_READER})
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from secure_orca.credentials import flags
+from secure_orca import credential_flags as flags
 from secure_orca.pki import DevPKI
 from secure_orca.server.flags import parse_duration
 from secure_orca.server.http import pending
