@@ -124,6 +124,12 @@ SCRIPTS = {
     "event-loop-cost": Script(
         "event_loop", "Instructions per request on asyncio's event loop and on uvloop's", None, CALLGRIND
     ),
+    "go-options": Script(
+        "go_options",
+        "What each KEP option costs per request in Go (kube's filters) beside serve, and whether both leak alike",
+        None,
+        f"{CALLGRIND}; it rewrites docs/kep-6315-go.json",
+    ),
     "handshake-flood": Script("handshake_flood", "Another client's latency under a flood of handshakes", ("20",)),
     "handshake-cost": Script(
         "handshakes", "Server CPU per TLS handshake, by key exchange and signature scheme", ("5", "1")
