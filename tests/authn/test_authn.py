@@ -164,6 +164,8 @@ def test_uid_attribute_rules() -> None:
     two = x509_authn.user_of(named((NameOID.COMMON_NAME, "u"), (NameOID.USER_ID, "a"), (NameOID.USER_ID, "b")))
     assert one.user is not None and one.user.uid == "id-1"
     assert two.error == "x509: expected 1 UID, but found multiple"
+    empty = x509_authn.authenticate(request([], named((NameOID.COMMON_NAME, "alice"), (NameOID.USER_ID, ""))))
+    assert empty.user is None and empty.error == "x509: UID cannot be an empty string"  # kube: 401
 
 
 def test_certificate_without_cn_is_not_a_user() -> None:

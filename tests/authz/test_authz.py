@@ -95,6 +95,7 @@ def test_secret_set_matches_any_rotated_secret_only() -> None:
 
 FP_OK = ChainVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
 BOTH = Policy(frozenset({Mode.FRONT_PROXY, Mode.SHARED_SECRET}), SecretSet([SECRET]))
+FP_WITH_SECRETS = Policy(frozenset({Mode.FRONT_PROXY}), SecretSet([SECRET]))
 
 
 @pytest.mark.parametrize(
@@ -107,6 +108,8 @@ BOTH = Policy(frozenset({Mode.FRONT_PROXY, Mode.SHARED_SECRET}), SecretSet([SECR
         (BOTH, b"JSON", FP_OK, False, "unsupported-format"),
         (Policy(frozenset({Mode.SHARED_SECRET}), SecretSet([SECRET])), b"TEXT", FP_OK, False, "no-secret"),
         (FP_ONLY, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret-not-accepted"),
+        # a secret set, but the shared-secret mode off: the right secret is still not accepted
+        (FP_WITH_SECRETS, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret-not-accepted"),
         (Policy(frozenset({Mode.HEADER_ONLY})), b"TEXT", NO_CERTIFICATE, True, "header-only"),
         (Policy(frozenset({Mode.HEADER_ONLY})), b"JSON", NO_CERTIFICATE, False, "unsupported-format"),
     ],

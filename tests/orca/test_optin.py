@@ -46,6 +46,14 @@ def test_refused(values: list[bytes], reason: str) -> None:
     assert "secret=" not in str(refused.value)
 
 
+def test_the_length_limit_is_512_bytes_exactly() -> None:
+    prefix = b"TEXT; secret="
+    at_limit = prefix + b"a" * (512 - len(prefix))
+    assert len(at_limit) == 512 and parse([at_limit]) == OptIn("TEXT", "a" * (512 - len(prefix)))
+    with pytest.raises(OptInError, match="malformed-opt-in"):
+        parse([at_limit + b"a"])
+
+
 def test_repr_hides_secret() -> None:
     assert "hunter2" not in repr(OptIn("TEXT", "hunter2"))
 

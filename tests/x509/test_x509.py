@@ -3,13 +3,16 @@ the promise that no certificate, however malformed, makes the verifier raise."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from cryptography import x509
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from secure_orca.x509 import der, parse, pem
-from secure_orca.x509.chainverifier import ChainVerifier, Failure
+from secure_orca.x509 import der, parse, pem, verify
+from secure_orca.x509.chainverifier import ChainResult, ChainVerifier, Failure, parsed
+from secure_orca.x509.verify import Pool
 from tests import x509corpus as shapes
 
 
@@ -153,3 +156,45 @@ def test_the_audit_shapes_are_decided_as_go_decides_them() -> None:
                 continue
             decided[case.name] = ChainVerifier(roots, case.names).verify_der(case.chain, case.at).ok
     assert decided == GO_VERDICTS
+
+
+# --- exact edges (docs/mutation.md: each would survive a boundary mutant without its case) ---------------
+
+
+def test_a_check_holds_from_not_before_to_not_after_both_included() -> None:
+    start = shapes.NOW
+    end = start + shapes.DAY
+    result = ChainResult(True, None, ((start, end),))
+    tick = dt.timedelta(microseconds=1)
+    assert result.holds_at(start) and result.holds_at(end)
+    assert not result.holds_at(start - tick) and not result.holds_at(end + tick)
+    assert not ChainResult(False, Failure.UNTRUSTED, ((start, end),)).holds_at(start)
+
+
+def test_validity_edges_are_go_s_not_before_and_not_after_inclusive() -> None:
+    ca = shapes.root()
+    start, end = shapes.NOW - shapes.DAY, shapes.NOW + shapes.DAY
+    leaf = shapes.leaf(ca, not_before=start, not_after=end)
+    verifier = ChainVerifier([x509.load_der_x509_certificate(ca.der)], [shapes.ALLOWED])
+    second = dt.timedelta(seconds=1)
+    verdicts = [
+        verifier.verify_der([leaf.der], moment).failure for moment in (start - second, start, end, end + second)
+    ]
+    assert verdicts == [Failure.EXPIRED, None, None, Failure.EXPIRED]
+
+
+def test_go_s_100_signature_checks_exactly() -> None:
+    """Go's maxChainSignatureChecks: the 100th check still runs, the 101st does not (Go's limit alone, no cost
+    budget): decoys named like the real intermediate are tried first."""
+    ca = shapes.root()
+    real = shapes.make("busy-intermediate", ca, ca=True, key_ids=False)
+    signer = shapes.root("decoy-signer")
+    decoys = [shapes.make("busy-intermediate", signer, ca=True, key_ids=False) for _ in range(99)]
+    leaf = parsed(shapes.leaf(real, key_ids=False).der)
+    roots = Pool([parsed(ca.der)])
+
+    def outcome(count: int) -> verify.Outcome:
+        return verify.verify(leaf, [parsed(d.der) for d in decoys[:count]] + [parsed(real.der)], roots, shapes.NOW)
+
+    assert outcome(98).chains and outcome(98).operations == 100  # 98 decoys, the real one, then the root
+    assert not outcome(99).chains and outcome(99).failure == "untrusted"
