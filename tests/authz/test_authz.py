@@ -91,6 +91,8 @@ def test_secret_set_matches_any_rotated_secret_only() -> None:
     for wrong in ("", "old-secret", "old-secret-01234567890", "new-secret-012345678"):
         assert not secrets.matches(wrong)
     assert "secret-0" not in repr(secrets)
+    with pytest.raises(ValueError, match="no shared secret"):  # an empty set would silently refuse every secret
+        SecretSet([])
 
 
 FP_OK = ChainVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
