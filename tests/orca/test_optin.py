@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from secure_orca.orca.optin import OptIn, OptInError, header_value, parse
+from secure_orca.orca.optin import BARE, OptIn, OptInError, header_value, parse
 
 
 @pytest.mark.parametrize(
@@ -56,6 +56,14 @@ def test_the_length_limit_is_512_bytes_exactly() -> None:
 
 def test_repr_hides_secret() -> None:
     assert "hunter2" not in repr(OptIn("TEXT", "hunter2"))
+    assert repr(OptIn("TEXT", "hunter2")) == "OptIn(format='TEXT', secret=<set>)"
+    assert repr(OptIn("TEXT")) == "OptIn(format='TEXT', secret=None)"
+
+
+def test_the_front_proxy_s_plain_opt_in_takes_the_shared_answer() -> None:
+    """``TEXT`` alone, what a front proxy sends on every request, is answered without the grammar or an
+    allocation."""
+    assert parse([b"TEXT"]) is BARE
 
 
 def test_header_value() -> None:
