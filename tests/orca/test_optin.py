@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from secure_orca.orca.headers import OPTIN_SPELLINGS, spellings
 from secure_orca.orca.optin import BARE, OptIn, OptInError, header_value, parse
 
 
@@ -69,3 +70,10 @@ def test_the_front_proxy_s_plain_opt_in_takes_the_shared_answer() -> None:
 def test_header_value() -> None:
     assert header_value() == "TEXT"
     assert parse([header_value(secret="s3cr3t").encode()]) == OptIn("TEXT", "s3cr3t")
+
+
+def test_every_spelling_of_the_opt_in_header() -> None:
+    """Each ``-`` kept or written ``_``, the first label in front (orca.headers.spellings)."""
+    assert spellings(b"a-b-c") == {b"a-b-c", b"a_b-c", b"a-b_c", b"a_b_c"}
+    assert spellings(b"plain") == {b"plain"}
+    assert len(OPTIN_SPELLINGS) == 8 and b"endpoint_load-metrics_request" in OPTIN_SPELLINGS
