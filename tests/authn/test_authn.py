@@ -223,6 +223,13 @@ def test_bearer_tokens(header: str, outcome: str) -> None:
     assert kind == outcome
 
 
+def test_only_the_first_authorization_header_counts() -> None:
+    """kube reads ``req.Header.Get("Authorization")``: the first value."""
+    good, bad = ("Authorization", "Bearer s3cret-token"), ("Authorization", "Bearer wrong")
+    assert bearertoken.authenticate(TOKENS, request([good, bad])).user is not None
+    assert bearertoken.authenticate(TOKENS, request([bad, good])).error == "invalid bearer token"
+
+
 # --- the chain -----------------------------------------------------------------------------------------
 
 
