@@ -329,3 +329,10 @@ def test_extra_keys_survive_the_round_trip(key: str) -> None:
     got = requestheader.authenticate(CONFIG, Request([(b"x-remote-user", b"u"), header], NOW, FP,
                                                      FRONT_PROXY.verify([FP], NOW)))  # fmt: skip
     assert got.user is not None and dict(got.user.extra) == {key.lower(): ("v",)}
+
+
+def test_an_extra_key_with_a_malformed_escape_is_kept_whole() -> None:
+    """Go's url.PathUnescape fails on a malformed escape and kube keeps the key as sent: the valid escape
+    before it is not decoded either."""
+    assert requestheader.unescape_extra_key("a%41%zz") == "a%41%zz"
+    assert requestheader.unescape_extra_key("a%41") == "aA"
