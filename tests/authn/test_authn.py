@@ -322,6 +322,29 @@ def test_upstream_headers_as_the_aggregator_sends_them() -> None:
     assert requestheader.upstream_headers(UserInfo(ANONYMOUS)) == [(b"x-remote-user", ANONYMOUS.encode())]
 
 
+def test_upstream_headers_use_the_first_configured_name_of_each_list() -> None:
+    config = RequestHeaderConfig(("X-U1", "X-U2"), ("X-I1", "X-I2"), ("X-G1", "X-G2"), ("X-E1-", "X-E2-"))
+    user = UserInfo("jane", "u-1", ("ops",), {"k": ("v",)})
+    assert requestheader.upstream_headers(user, config) == [
+        (b"x-u1", b"jane"),
+        (b"x-i1", b"u-1"),
+        (b"x-g1", b"ops"),
+        (b"x-e1-k", b"v"),
+    ]
+
+
+def test_a_failed_authentication_answers_kube_s_401_status() -> None:
+    assert review.UNAUTHORIZED_STATUS == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }
+
+
 @pytest.mark.parametrize("key", ["reason/why", "100%", "a b", "ключ", "x.y-z_~"])
 def test_extra_keys_survive_the_round_trip(key: str) -> None:
     """What the aggregator escapes, the requestheader authenticator unescapes to the same key."""
