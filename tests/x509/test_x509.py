@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from secure_orca.x509 import der, parse, pem, verify
 from secure_orca.x509.chainverifier import ChainResult, ChainVerifier, Failure, parsed
+from secure_orca.x509.parse import GoCertificate
 from secure_orca.x509.verify import Pool
 from tests import x509corpus as shapes
 
@@ -198,3 +199,42 @@ def test_go_s_100_signature_checks_exactly() -> None:
 
     assert outcome(98).chains and outcome(98).operations == 100  # 98 decoys, the real one, then the root
     assert not outcome(99).chains and outcome(99).failure == "untrusted"
+
+
+def test_parents_whose_key_id_matches_are_tried_first() -> None:
+    """Go's findPotentialParents: a candidate whose subject key id matches the child's authority key id comes
+    before mismatched ones, whatever the presented order. With 99 decoys presented before the real intermediate,
+    Go 1.26 (tests/x509oracle, run once on these shapes) grants the leaf that names its issuer's key and refuses
+    the one that does not (its 101st check is over the limit)."""
+    ca = shapes.root()
+    real = shapes.make("busy-intermediate", ca, ca=True)
+    signer = shapes.root("decoy-signer")
+    decoys = [parsed(shapes.make("busy-intermediate", signer, ca=True).der) for _ in range(99)]
+    presented = [*decoys, parsed(real.der)]
+    roots = Pool([parsed(ca.der)])
+    assert verify.verify(parsed(shapes.leaf(real).der), presented, roots, shapes.NOW).chains
+    assert not verify.verify(parsed(shapes.leaf(real, key_ids=False).der), presented, roots, shapes.NOW).chains
+
+
+def _rsa_cert(ca: shapes.Node, modulus: int, exponent: int) -> GoCertificate:
+    spki = shapes.rsa_public_key_info(modulus, exponent)
+    return parsed(shapes.resign(shapes.make("rsa-ca", ca, ca=True), ca.key, shapes.set_field(shapes.SPKI, spki)).der)
+
+
+def test_rsa_exponents_up_to_2_31_minus_1() -> None:
+    """crypto/internal/fips140/rsa checkPublicKey: an odd exponent from 3 up to 2^31-1."""
+    ca = shapes.root()
+    modulus = (1 << 2047) | (int.from_bytes(bytes(range(256)), "big") % (1 << 2046)) | 1
+    assert verify.rsa_key_usable(_rsa_cert(ca, modulus, (1 << 31) - 1))
+    assert not verify.rsa_key_usable(_rsa_cert(ca, modulus, (1 << 31) + 1))
+
+
+def test_an_rsa_signature_of_another_length_costs_nothing() -> None:
+    """An RSA-8192 "issuer" of a certificate signed with a 2048-bit key is refused before any public-key
+    operation (Go 1.26.0 verifyPKCS1v15): it is not charged its signature_cost."""
+    rsa_ca = shapes.root("rsa-ca", key=shapes.rsa.generate_private_key(65537, 2048))
+    child = parsed(shapes.leaf(rsa_ca).der)
+    big = (1 << 8191) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << 8190)) | 1
+    decoy = _rsa_cert(shapes.root(), big, 65537)
+    assert verify.operation_cost(child, parsed(rsa_ca.der)) == 1
+    assert verify.signature_cost(decoy) == 16 and verify.operation_cost(child, decoy) == 0
