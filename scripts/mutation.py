@@ -292,6 +292,7 @@ def _child(mutant: Mutant | None, tests: list[str]) -> None:
     """In the forked child: forget the mutated module and its importers, serve the mutant, run the tests;
     never returns."""
     os.setpgid(0, 0)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if not os.environ.get("MUTATION_VERBOSE"):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
@@ -413,6 +414,7 @@ def main() -> int:
             chosen[module] = sorted(rng.sample(candidates, min(options.sample, len(candidates))), key=lambda m: m.index)
         else:
             chosen[module] = found
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that ``run`` ends the children it started
     _preload(modules)
     started = time.monotonic()
     baseline = {tuple(tests) for tests in (TARGETS[m] for m in modules)}
