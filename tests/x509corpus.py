@@ -866,7 +866,7 @@ def _algorithm_cases(c: Corpus) -> None:
         mid_e = make(f"rsa-e-{label}-intermediate", ca, ca=True, key=rsa_key_with_exponent(exponent))
         c.add(f"algorithms/rsa-intermediate-exponent-{label}", [ca], [leaf(mid_e), mid_e])
     # crypto/tls refuses a presented certificate whose RSA key is over 8192 bits (handshake_server.go).
-    for bits in (8192, 8194):
+    for bits in (8192, 8193, 8194):
         modulus = (1 << (bits - 1)) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << (bits - 2))) | 1
         c.add(
             f"algorithms/rsa-leaf-{bits}-bits",
@@ -1121,6 +1121,16 @@ def _mutation_cases(c: Corpus) -> None:
         c.add(f"constraints/ip-overlapping-{side}-in-both", [ca], [with_san(ca, ip("10.1.2.3"))])
         c.add(f"constraints/ip-overlapping-{side}-in-wide", [ca], [with_san(ca, ip("10.200.0.1"))])
         c.add(f"constraints/ip-overlapping-{side}-outside", [ca], [with_san(ca, ip("11.0.0.1"))])
+    # IPv6 constraints: a SAN inside, and one outside with the same last four bytes as the network
+    v6_net = ip_constraint("2001:db8::", "ffff:ffff::")
+    for side, value in (("permitted", raw_constraints([v6_net])), ("excluded", raw_constraints((), [v6_net]))):
+        ca = with_constraints(value)
+        c.add(f"constraints/ip-v6-{side}-inside", [ca], [with_san(ca, ip("2001:db8::1"))])
+        c.add(f"constraints/ip-v6-{side}-outside-same-tail", [ca], [with_san(ca, ip("2001:db9::"))])
+    # a dNSName Go cannot parse (a trailing dot), under a constraint that does not name it
+    elsewhere = with_constraints(raw_constraints((), [tlv(0x82, b"other.org")]))
+    trailing_dot = with_san(elsewhere, tlv(0x82, b"a.example."))
+    c.add("constraints/dns-trailing-dot-excluded-elsewhere", [elsewhere], [trailing_dot])
     # a URI SAN whose host is an IP literal, under URI constraints
     for side, value in (
         ("permitted", raw_constraints([tlv(0x86, b"example.com")])),

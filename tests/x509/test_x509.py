@@ -238,3 +238,17 @@ def test_an_rsa_signature_of_another_length_costs_nothing() -> None:
     decoy = _rsa_cert(shapes.root(), big, 65537)
     assert verify.operation_cost(child, parsed(rsa_ca.der)) == 1
     assert verify.signature_cost(decoy) == 16 and verify.operation_cost(child, decoy) == 0
+
+
+def test_a_refused_verification_reports_its_operations_and_their_cost_apart() -> None:
+    """One failed RSA-8192 check: one public-key operation, 16 units of work (what the budget and the metrics
+    read)."""
+    ca = shapes.root()
+    big = (1 << 8191) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << 8190)) | 1
+    rsa_root = shapes.resign(
+        shapes.root(), ca.key, shapes.set_field(shapes.SPKI, shapes.rsa_public_key_info(big, 65537))
+    )
+    sha256_rsa = shapes.algorithm_der_null("1.2.840.113549.1.1.11")
+    leaf = parsed(shapes.with_signature(shapes.leaf(ca), sha256_rsa, b"\x01" * 1024).der)
+    outcome = verify.verify(leaf, [], Pool([parsed(rsa_root.der)]), shapes.NOW)
+    assert (outcome.chains, outcome.failure, outcome.operations, outcome.cost) == ((), "untrusted", 1, 16)
