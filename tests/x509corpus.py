@@ -1108,6 +1108,9 @@ def _mutation_cases(c: Corpus) -> None:
     ):
         ca = with_constraints(raw_constraints((), [tlv(0x82, n) for n in names]))
         c.add(f"constraints/{label}", [ca], [with_san(ca, tlv(0x82, san))])
+    # '@' and '`' fold to different bytes of the sort key (only A-Z fold): an exact key is an exact name
+    at_sign = with_constraints(raw_constraints([tlv(0x82, b"@.example")]))
+    c.add("constraints/dns-permitted-at-sign-san-backtick", [at_sign], [with_san(at_sign, tlv(0x82, b"`.example"))])
     # an IPv4-mapped IPv6 SAN against an excluded IPv4 range
     v4 = with_constraints(raw_constraints((), [ip_constraint("10.0.0.0", "255.0.0.0")]))
     c.add("constraints/ip-v4-mapped-san-excluded-v4", [v4], [with_san(v4, ip("::ffff:10.1.2.3"))])
