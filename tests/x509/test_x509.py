@@ -252,3 +252,16 @@ def test_a_refused_verification_reports_its_operations_and_their_cost_apart() ->
     leaf = parsed(shapes.with_signature(shapes.leaf(ca), sha256_rsa, b"\x01" * 1024).der)
     outcome = verify.verify(leaf, [], Pool([parsed(rsa_root.der)]), shapes.NOW)
     assert (outcome.chains, outcome.failure, outcome.operations, outcome.cost) == ((), "untrusted", 1, 16)
+
+
+def test_a_grant_s_window_is_the_latest_not_before_to_the_earliest_not_after() -> None:
+    ca = shapes.root()
+    mid = shapes.make(
+        "intermediate", ca, ca=True, not_before=shapes.NOW - shapes.DAY, not_after=shapes.NOW + 9 * shapes.DAY
+    )
+    leaf = shapes.leaf(mid, not_before=shapes.NOW - 2 * shapes.DAY, not_after=shapes.NOW + 5 * shapes.DAY)
+    verifier = ChainVerifier([x509.load_der_x509_certificate(ca.der)], [shapes.ALLOWED])
+    assert (verifier.verifications, verifier.signature_operations, verifier.signature_cost) == (0, 0, 0)
+    result = verifier.verify_der([leaf.der, mid.der], shapes.NOW)
+    assert result.windows == ((shapes.NOW - shapes.DAY, shapes.NOW + 5 * shapes.DAY),)
+    assert (verifier.verifications, verifier.signature_operations, verifier.signature_cost) == (1, 2, 2)
