@@ -1105,6 +1105,7 @@ def _mutation_cases(c: Corpus) -> None:
         ("dns-excluded-last", [b"aaa.example", b"bbb.example", b"example.com"], b"example.com"),
         ("dns-excluded-capital-a", [b"b.example", b"A.example"], b"x.a.example"),
         ("dns-excluded-capital-a-exact", [b"A.example", b"b.example", b"c.example"], b"a.example"),
+        ("dns-excluded-capital-a-after-underscore", [b"A.example", b"_.example"], b"x.a.example"),
     ):
         ca = with_constraints(raw_constraints((), [tlv(0x82, n) for n in names]))
         c.add(f"constraints/{label}", [ca], [with_san(ca, tlv(0x82, san))])
