@@ -1135,6 +1135,8 @@ def _mutation_cases(c: Corpus) -> None:
     elsewhere = with_constraints(raw_constraints((), [tlv(0x82, b"other.org")]))
     trailing_dot = with_san(elsewhere, tlv(0x82, b"a.example."))
     c.add("constraints/dns-trailing-dot-excluded-elsewhere", [elsewhere], [trailing_dot])
+    leading_dot = with_san(elsewhere, tlv(0x82, b".a.example"))  # valid as a constraint, not as a name
+    c.add("constraints/dns-leading-dot-excluded-elsewhere", [elsewhere], [leading_dot])
     # a URI SAN whose host is an IP literal, under URI constraints
     for side, value in (
         ("permitted", raw_constraints([tlv(0x86, b"example.com")])),
