@@ -265,3 +265,15 @@ def test_a_grant_s_window_is_the_latest_not_before_to_the_earliest_not_after() -
     result = verifier.verify_der([leaf.der, mid.der], shapes.NOW)
     assert result.windows == ((shapes.NOW - shapes.DAY, shapes.NOW + 5 * shapes.DAY),)
     assert (verifier.verifications, verifier.signature_operations, verifier.signature_cost) == (1, 2, 2)
+
+
+def test_a_caller_s_budget_below_the_cap_is_kept() -> None:
+    """``verify_der``'s budget (what a connection's address has left) bounds the work below MAX_VERIFICATION_COST:
+    a chain of two checks with room for one is refused, the budget named as the reason."""
+    ca = shapes.root()
+    mid = shapes.make("intermediate", ca, ca=True)
+    verifier = ChainVerifier([x509.load_der_x509_certificate(ca.der)], [shapes.ALLOWED])
+    chain = [shapes.leaf(mid).der, mid.der]
+    spent: list[int] = []
+    assert not verifier.verify_der(chain, shapes.NOW, budget=1, spent=spent).ok and spent == [1, 1]
+    assert verifier.verify_der(chain, shapes.NOW, budget=2, spent=spent).ok and spent == [2, 0]
