@@ -506,19 +506,25 @@ def ip_constraint(address: str, mask: str) -> bytes:
     return tlv(0x87, ipaddress.ip_address(address).packed + ipaddress.ip_address(mask).packed)
 
 
+def with_constraints(value: bytes) -> Node:
+    """A root whose critical NameConstraints extension is ``value`` (raw DER)."""
+    base = root("constrained-ca")
+    return extended(base, base.key, "2.5.29.30", value, True)
+
+
+def with_san(issuer: Node, *names: bytes) -> Node:
+    """A leaf of ``issuer`` with these raw GeneralNames as its SAN."""
+    return extended(leaf(issuer), issuer.key, "2.5.29.17", tlv(der.SEQUENCE, b"".join(names)))
+
+
+def ip(address: str) -> bytes:
+    """An iPAddress GeneralName."""
+    return tlv(0x87, ipaddress.ip_address(address).packed)
+
+
 def _go_126_constraint_cases(c: Corpus) -> None:
     """Go 1.26's constraints.go (sorted, pruned sets searched by lower bound) where it differs from "any
     constraint matches"."""
-
-    def with_constraints(value: bytes) -> Node:
-        base = root("constrained-ca")
-        return extended(base, base.key, "2.5.29.30", value, True)
-
-    def with_san(issuer: Node, *names: bytes) -> Node:
-        return extended(leaf(issuer), issuer.key, "2.5.29.17", tlv(der.SEQUENCE, b"".join(names)))
-
-    def ip(address: str) -> bytes:
-        return tlv(0x87, ipaddress.ip_address(address).packed)
 
     wide, narrow = ip_constraint("10.9.9.9", "255.0.0.0"), ip_constraint("10.5.0.0", "255.255.0.0")
     for side, value in (
@@ -1088,16 +1094,6 @@ def _bundle_cases(c: Corpus) -> None:
 def _mutation_cases(c: Corpus) -> None:
     """Shapes a mistake in our verifier's shortcuts, counters and limits would grant (docs/mutation.md): Go
     refuses each, or grants it beside one it refuses (the exact edge)."""
-
-    def with_constraints(value: bytes) -> Node:
-        base = root("constrained-ca")
-        return extended(base, base.key, "2.5.29.30", value, True)
-
-    def with_san(issuer: Node, *names: bytes) -> Node:
-        return extended(leaf(issuer), issuer.key, "2.5.29.17", tlv(der.SEQUENCE, b"".join(names)))
-
-    def ip(address: str) -> bytes:
-        return tlv(0x87, ipaddress.ip_address(address).packed)
 
     # an excluded DNS name that is not the first of its sorted set, and excluded names written in upper case
     for label, names, san in (
