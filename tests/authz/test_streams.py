@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from secure_orca.authz.streams import Full, Kind, Limits, Slot, Slots, WriteDeadline
+from secure_orca.server.options import oob as oob_options
 
 LIMITS = Limits(total=8, per_connection=3, per_identity=4, front_proxy_share=2)
 
@@ -115,3 +118,10 @@ def test_one_unsent_byte_is_still_unsent() -> None:
     writes.sent(0.0)
     assert not writes.may_send(1)
     assert not writes.check(1, 4.5) and writes.check(1, 5.0)
+
+
+def test_the_default_limits_are_the_flags_defaults() -> None:
+    """``Limits()`` (what OobConfig holds when no flag is given) is what --endpoint-load-metrics-oob-* default to."""
+    parser = argparse.ArgumentParser()
+    oob_options.add_flags(parser)
+    assert oob_options._limits(parser.parse_args([])) == Limits() == Limits(64, 4, 16, 16)
