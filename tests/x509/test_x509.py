@@ -277,3 +277,29 @@ def test_a_caller_s_budget_below_the_cap_is_kept() -> None:
     spent: list[int] = []
     assert not verifier.verify_der(chain, shapes.NOW, budget=1, spent=spent).ok and spent == [1, 1]
     assert verifier.verify_der(chain, shapes.NOW, budget=2, spent=spent).ok and spent == [2, 0]
+
+
+def test_rsa_moduli_from_1024_bits() -> None:
+    """crypto/rsa checkKeySize (Go 1.26.0, rsa1024min): a 1023-bit modulus is refused, 1024 bits is not."""
+    ca = shapes.root()
+    for bits, usable in ((1023, False), (1024, True)):
+        modulus = (1 << (bits - 1)) | (int.from_bytes(bytes(range(256)), "big") % (1 << (bits - 2))) | 1
+        assert verify.rsa_key_usable(_rsa_cert(ca, modulus, 65537)) is usable
+
+
+def test_signature_cost_is_bits_squared_times_exponent_bits_over_2048_squared_times_17() -> None:
+    """Whole units, rounded down: an RSA-2896 key (e = 65537) is just under 2 units, RSA-2897 just over."""
+    ca = shapes.root()
+    costs = []
+    for bits in (2896, 2897):
+        modulus = (1 << (bits - 1)) | (int.from_bytes(bytes(range(256)) * 2, "big") % (1 << (bits - 2))) | 1
+        costs.append(verify.signature_cost(_rsa_cert(ca, modulus, 65537)))
+    assert costs == [1, 2]
+    assert verify.MAX_VERIFICATION_COST == 256  # docs/x509-differential.md: 256 RSA-2048 public operations
+
+
+def test_a_signature_of_another_key_type_costs_nothing() -> None:
+    """An RSA signature checked against an EC key stops before any public-key operation."""
+    rsa_ca = shapes.root("rsa-ca", key=shapes.rsa.generate_private_key(65537, 2048))
+    ec_parent = parsed(shapes.root("rsa-ca").der)  # same name, an EC key
+    assert verify.operation_cost(parsed(shapes.leaf(rsa_ca).der), ec_parent) == 0
