@@ -201,19 +201,31 @@ def test_go_s_100_signature_checks_exactly() -> None:
     assert not outcome(99).chains and outcome(99).failure == "untrusted"
 
 
-def test_parents_whose_key_id_matches_are_tried_first() -> None:
-    """Go's findPotentialParents: a candidate whose subject key id matches the child's authority key id comes
-    before mismatched ones, whatever the presented order. With 99 decoys presented before the real intermediate,
-    Go 1.26 (tests/x509oracle, run once on these shapes) grants the leaf that names its issuer's key and refuses
-    the one that does not (its 101st check is over the limit)."""
-    ca = shapes.root()
-    real = shapes.make("busy-intermediate", ca, ca=True)
+CA = shapes.root()
+
+
+def _behind_decoys(real: shapes.Node, decoy_key_ids: bool, leaf_key_ids: bool = True) -> bool:
+    """Whether the leaf of ``real`` (named busy-intermediate, under CA) verifies with 99 same-name decoys presented before ``real`` (Go's 100
+    signature checks leave room for one decoy at most before ``real`` and the root)."""
     signer = shapes.root("decoy-signer")
-    decoys = [parsed(shapes.make("busy-intermediate", signer, ca=True).der) for _ in range(99)]
-    presented = [*decoys, parsed(real.der)]
-    roots = Pool([parsed(ca.der)])
-    assert verify.verify(parsed(shapes.leaf(real).der), presented, roots, shapes.NOW).chains
-    assert not verify.verify(parsed(shapes.leaf(real, key_ids=False).der), presented, roots, shapes.NOW).chains
+    decoys = [shapes.make("busy-intermediate", signer, ca=True, key_ids=decoy_key_ids) for _ in range(99)]
+    presented = [*(parsed(d.der) for d in decoys), parsed(real.der)]
+    roots = Pool([parsed(CA.der)])
+    leaf = parsed(shapes.leaf(real, key_ids=leaf_key_ids).der)
+    return bool(verify.verify(leaf, presented, roots, shapes.NOW).chains)
+
+
+def test_parents_are_tried_matching_key_id_first_then_one_sided_then_mismatched() -> None:
+    """Go's findPotentialParents: a candidate whose subject key id matches the child's authority key id, then
+    one where either is missing, then mismatched ones, whatever the presented order. Go 1.26 (tests/x509oracle,
+    run once on the first two shapes) grants the leaf that names its issuer's key behind 99 mismatched decoys,
+    and refuses the one that names none (all candidates one-sided: the presented order decides)."""
+    matching = shapes.make("busy-intermediate", CA, ca=True)
+    assert _behind_decoys(matching, decoy_key_ids=True)  # matching before mismatched
+    assert not _behind_decoys(matching, decoy_key_ids=True, leaf_key_ids=False)  # all one-sided
+    assert _behind_decoys(matching, decoy_key_ids=False)  # matching before one-sided
+    one_sided = shapes.make("busy-intermediate", CA, ca=True, key_ids=False)
+    assert _behind_decoys(one_sided, decoy_key_ids=True)  # one-sided before mismatched
 
 
 def _rsa_cert(ca: shapes.Node, modulus: int, exponent: int) -> GoCertificate:
@@ -238,6 +250,19 @@ def test_an_rsa_signature_of_another_length_costs_nothing() -> None:
     decoy = _rsa_cert(shapes.root(), big, 65537)
     assert verify.operation_cost(child, parsed(rsa_ca.der)) == 1
     assert verify.signature_cost(decoy) == 16 and verify.operation_cost(child, decoy) == 0
+
+
+def test_an_rsa_signature_is_as_long_as_the_modulus_in_whole_bytes() -> None:
+    """RFC 8017 8.2.2: a 2049-bit modulus takes 257-byte signatures; a 256-byte one is refused unrun."""
+    ca = shapes.root()
+    modulus = (1 << 2048) | (int.from_bytes(bytes(range(256)) * 2, "big") % (1 << 2047)) | 1
+    parent = _rsa_cert(ca, modulus, 65537)
+    sha256_rsa = shapes.algorithm_der_null("1.2.840.113549.1.1.11")
+    costs = [
+        verify.operation_cost(parsed(shapes.with_signature(shapes.leaf(ca), sha256_rsa, b"\x01" * size).der), parent)
+        for size in (256, 257)
+    ]
+    assert costs == [0, 1]
 
 
 def test_a_refused_verification_reports_its_operations_and_their_cost_apart() -> None:
