@@ -205,7 +205,8 @@ CA = shapes.root()
 
 
 def _behind_decoys(real: shapes.Node, decoy_key_ids: bool, leaf_key_ids: bool = True) -> bool:
-    """Whether the leaf of ``real`` (named busy-intermediate, under CA) verifies with 99 same-name decoys presented before ``real`` (Go's 100
+    """Whether the leaf of ``real`` (busy-intermediate, under CA) verifies with 99 same-name decoys presented
+    before ``real`` (Go's 100
     signature checks leave room for one decoy at most before ``real`` and the root)."""
     signer = shapes.root("decoy-signer")
     decoys = [shapes.make("busy-intermediate", signer, ca=True, key_ids=decoy_key_ids) for _ in range(99)]
@@ -328,3 +329,10 @@ def test_a_signature_of_another_key_type_costs_nothing() -> None:
     rsa_ca = shapes.root("rsa-ca", key=shapes.rsa.generate_private_key(65537, 2048))
     ec_parent = parsed(shapes.root("rsa-ca").der)  # same name, an EC key
     assert verify.operation_cost(parsed(shapes.leaf(rsa_ca).der), ec_parent) == 0
+
+
+def test_a_leaf_refused_before_any_check_reports_no_work() -> None:
+    ca = shapes.root()
+    expired = parsed(shapes.leaf(ca, not_before=shapes.NOW - 2 * shapes.DAY, not_after=shapes.NOW - shapes.DAY).der)
+    outcome = verify.verify(expired, [], Pool([parsed(ca.der)]), shapes.NOW)
+    assert outcome == verify.Outcome(failure="expired", operations=0, cost=0, exhausted=False)
