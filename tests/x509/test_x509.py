@@ -235,11 +235,12 @@ def _rsa_cert(ca: shapes.Node, modulus: int, exponent: int) -> GoCertificate:
 
 
 def test_rsa_exponents_up_to_2_31_minus_1() -> None:
-    """crypto/internal/fips140/rsa checkPublicKey: an odd exponent from 3 up to 2^31-1."""
+    """crypto/internal/fips140/rsa checkPublicKey: an odd exponent from 3 up to 2^31-1 (1 is refused)."""
     ca = shapes.root()
     modulus = (1 << 2047) | (int.from_bytes(bytes(range(256)), "big") % (1 << 2046)) | 1
     assert verify.rsa_key_usable(_rsa_cert(ca, modulus, (1 << 31) - 1))
     assert not verify.rsa_key_usable(_rsa_cert(ca, modulus, (1 << 31) + 1))
+    assert verify.rsa_key_usable(_rsa_cert(ca, modulus, 3)) and not verify.rsa_key_usable(_rsa_cert(ca, modulus, 1))
 
 
 def test_an_rsa_signature_of_another_length_costs_nothing() -> None:
