@@ -337,3 +337,27 @@ def test_a_leaf_refused_before_any_check_reports_no_work() -> None:
     expired = parsed(shapes.leaf(ca, not_before=shapes.NOW - 2 * shapes.DAY, not_after=shapes.NOW - shapes.DAY).der)
     outcome = verify.verify(expired, [], Pool([parsed(ca.der)]), shapes.NOW)
     assert outcome == verify.Outcome(failure="expired", operations=0, cost=0, exhausted=False)
+
+
+def test_refusals_before_any_public_key_operation_count_none() -> None:
+    """check_signature's ``operations`` counts only the public-key operations it runs: none for an RSA signature
+    of another length than the key's, none for a key whose BIT STRING declares unused bits (Go would verify
+    with the right-aligned key, which did not make the signature)."""
+    rsa_ca = shapes.root("rsa-ca", key=shapes.rsa.generate_private_key(65537, 2048))
+    big = (1 << 8191) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << 8190)) | 1
+    raw_format = (shapes.serialization.Encoding.Raw, shapes.serialization.PublicFormat.Raw)
+    key = shapes.ed25519.Ed25519PrivateKey.generate()
+    while key.public_key().public_bytes(*raw_format)[-1] & 1:  # one unused bit must be a zero bit
+        key = shapes.ed25519.Ed25519PrivateKey.generate()
+    raw = key.public_key().public_bytes(*raw_format)
+    padded_spki = shapes.tlv(
+        der.SEQUENCE, shapes.algorithm_der("1.3.101.112") + shapes.tlv(der.BIT_STRING, b"\x01" + raw)
+    )
+    shifted = shapes.resign(shapes.root("shifted", key=key), key, shapes.set_field(shapes.SPKI, padded_spki))
+    for child, parent in (
+        (shapes.leaf(rsa_ca), _rsa_cert(shapes.root(), big, 65537)),
+        (shapes.leaf(shapes.Node(shifted.der, key)), parsed(shifted.der)),
+    ):
+        operations = [0, 0]
+        assert not verify.check_signature(parsed(child.der), parent, operations)
+        assert operations == [0, 0]
