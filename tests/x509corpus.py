@@ -1166,11 +1166,10 @@ def _mutation_cases(c: Corpus) -> None:
     sha256 = _encode_oid("2.16.840.1.101.3.4.2.1")
     mgf = tlv(der.SEQUENCE, _encode_oid("1.2.840.113549.1.1.8") + tlv(der.SEQUENCE, sha256 + b"\x05\x00"))
     params = tlv(0xA0, tlv(der.SEQUENCE, sha256 + b"\x05\x00")) + tlv(0xA1, mgf) + tlv(0xA2, _integer(32))
-    for trailer in (1, 2):
-        fields = params + (tlv(0xA3, _integer(trailer)) if trailer != 1 else b"")
-        pss_alg = tlv(der.SEQUENCE, _encode_oid("1.2.840.113549.1.1.10") + tlv(der.SEQUENCE, fields))
+    for label, trailer in (("1", b""), ("1-explicit", tlv(0xA3, _integer(1))), ("2", tlv(0xA3, _integer(2)))):
+        pss_alg = tlv(der.SEQUENCE, _encode_oid("1.2.840.113549.1.1.10") + tlv(der.SEQUENCE, params + trailer))
         pss_leaf = resign(leaf(pss_root), pss_root.key, lambda f: f, pss_alg, pss=True)
-        c.add(f"algorithms/rsa-pss-trailer-{trailer}", [pss_root], [pss_leaf])
+        c.add(f"algorithms/rsa-pss-trailer-{label}", [pss_root], [pss_leaf])
     # one presented intermediate with an RSA key over 8192 bits among normal certificates (crypto/tls refuses)
     modulus = (1 << 8193) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << 8192)) | 1
     oversized = resign(make("oversized", ca, ca=True), ca.key, set_field(SPKI, rsa_public_key_info(modulus, 65537)))
