@@ -361,3 +361,15 @@ def test_refusals_before_any_public_key_operation_count_none() -> None:
         operations = [0, 0]
         assert not verify.check_signature(parsed(child.der), parent, operations)
         assert operations == [0, 0]
+
+
+def test_a_loop_of_intermediates_is_walked_once() -> None:
+    """Go's alreadyInChain: a candidate with the subject, key and SANs of a certificate already in the chain is
+    not tried again, so two intermediates that certify each other cost two checks, not Go's 100."""
+    key_a, key_b = shapes.ec_key(), shapes.ec_key()
+    a_signer = shapes.Node(shapes.make("loop-a", key=key_a, ca=True).der, key_a)
+    b_node = shapes.make("loop-b", a_signer, ca=True, key=key_b)
+    a_node = shapes.make("loop-a", b_node, ca=True, key=key_a)
+    leaf = parsed(shapes.leaf(a_node).der)
+    outcome = verify.verify(leaf, [parsed(a_node.der), parsed(b_node.der)], Pool([parsed(CA.der)]), shapes.NOW)
+    assert (outcome.chains, outcome.operations) == ((), 2)
