@@ -1148,6 +1148,12 @@ def _mutation_cases(c: Corpus) -> None:
         top = extended(make("intermediate-1", ca, ca=True), ca.key, "2.5.29.36", required.public_bytes())
         below = make("intermediate-2", top, ca=True)
         c.add(f"extensions/require-explicit-policy-{skip}-two-intermediates", [ca], [leaf(below), below, top])
+    # requireExplicitPolicy=0 on the trust anchor, which Go does not process (RFC 5280 6.1: the anchor is input)
+    anchor_required = x509.PolicyConstraints(require_explicit_policy=0, inhibit_policy_mapping=None)
+    strict_base = root("strict-ca")
+    strict_root = extended(strict_base, strict_base.key, "2.5.29.36", anchor_required.public_bytes())
+    strict_mid = make("intermediate", strict_root, ca=True)
+    c.add("extensions/root-require-explicit-policy-0", [strict_root], [leaf(strict_mid), strict_mid])
     # certificate policies together with policy constraints or mappings
     mid = make("intermediate", ca, ca=True)
     policy = x509.CertificatePolicies([x509.PolicyInformation(x509.ObjectIdentifier("2.23.140.1.2.1"), None)])
