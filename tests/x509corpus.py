@@ -1154,6 +1154,11 @@ def _mutation_cases(c: Corpus) -> None:
     strict_root = extended(strict_base, strict_base.key, "2.5.29.36", anchor_required.public_bytes())
     strict_mid = make("intermediate", strict_root, ca=True)
     c.add("extensions/root-require-explicit-policy-0", [strict_root], [leaf(strict_mid), strict_mid])
+    # a self-issued intermediate (a key rollover under one name) does not count down requireExplicitPolicy
+    two = x509.PolicyConstraints(require_explicit_policy=2, inhibit_policy_mapping=None)
+    rolled_top = extended(make("rolled", ca, ca=True), ca.key, "2.5.29.36", two.public_bytes())
+    rolled = make("rolled", rolled_top, ca=True)  # issuer and subject both "rolled"
+    c.add("extensions/require-explicit-policy-2-self-issued-below", [ca], [leaf(rolled), rolled, rolled_top])
     # certificate policies together with policy constraints or mappings
     mid = make("intermediate", ca, ca=True)
     policy = x509.CertificatePolicies([x509.PolicyInformation(x509.ObjectIdentifier("2.23.140.1.2.1"), None)])
