@@ -373,3 +373,13 @@ def test_a_loop_of_intermediates_is_walked_once() -> None:
     leaf = parsed(shapes.leaf(a_node).der)
     outcome = verify.verify(leaf, [parsed(a_node.der), parsed(b_node.der)], Pool([parsed(CA.der)]), shapes.NOW)
     assert (outcome.chains, outcome.operations) == ((), 2)
+
+
+def test_the_budget_counts_work_not_checks() -> None:
+    """An RSA-4096 check costs 4 units: with 4 units, the intermediate's check fits and the root's does not."""
+    ca = shapes.root()
+    mid = shapes.make("intermediate", ca, ca=True, key=shapes.rsa.generate_private_key(65537, 4096))
+    leaf = parsed(shapes.leaf(mid).der)
+    outcome = verify.verify(leaf, [parsed(mid.der)], Pool([parsed(ca.der)]), shapes.NOW, budget=4)
+    assert (outcome.chains, outcome.operations, outcome.cost, outcome.exhausted) == ((), 1, 4, True)
+    assert verify.verify(leaf, [parsed(mid.der)], Pool([parsed(ca.der)]), shapes.NOW, budget=5).chains
