@@ -279,6 +279,7 @@ def test_a_refused_verification_reports_its_operations_and_their_cost_apart() ->
     leaf = parsed(shapes.with_signature(shapes.leaf(ca), sha256_rsa, b"\x01" * 1024).der)
     outcome = verify.verify(leaf, [], Pool([parsed(rsa_root.der)]), shapes.NOW)
     assert (outcome.chains, outcome.failure, outcome.operations, outcome.cost) == ((), "untrusted", 1, 16)
+    assert not outcome.exhausted  # the check ran and failed: not the budget's refusal
 
 
 def test_a_grant_s_window_is_the_latest_not_before_to_the_earliest_not_after() -> None:
