@@ -383,4 +383,8 @@ def test_the_budget_counts_work_not_checks() -> None:
     leaf = parsed(shapes.leaf(mid).der)
     outcome = verify.verify(leaf, [parsed(mid.der)], Pool([parsed(ca.der)]), shapes.NOW, budget=4)
     assert (outcome.chains, outcome.operations, outcome.cost, outcome.exhausted) == ((), 1, 4, True)
-    assert verify.verify(leaf, [parsed(mid.der)], Pool([parsed(ca.der)]), shapes.NOW, budget=5).chains
+    granted = verify.verify(leaf, [parsed(mid.der)], Pool([parsed(ca.der)]), shapes.NOW, budget=5)
+    assert granted.chains and (granted.operations, granted.cost, granted.exhausted) == (2, 5, False)
+    server_only = parsed(shapes.leaf(mid, eku=[shapes.SERVER]).der)
+    refused = verify.verify(server_only, [parsed(mid.der)], Pool([parsed(ca.der)]), shapes.NOW)
+    assert (refused.failure, refused.operations, refused.cost, refused.exhausted) == ("eku", 2, 5, False)
