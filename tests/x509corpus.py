@@ -506,19 +506,25 @@ def ip_constraint(address: str, mask: str) -> bytes:
     return tlv(0x87, ipaddress.ip_address(address).packed + ipaddress.ip_address(mask).packed)
 
 
+def with_constraints(value: bytes) -> Node:
+    """A root whose critical NameConstraints extension is ``value`` (raw DER)."""
+    base = root("constrained-ca")
+    return extended(base, base.key, "2.5.29.30", value, True)
+
+
+def with_san(issuer: Node, *names: bytes) -> Node:
+    """A leaf of ``issuer`` with these raw GeneralNames as its SAN."""
+    return extended(leaf(issuer), issuer.key, "2.5.29.17", tlv(der.SEQUENCE, b"".join(names)))
+
+
+def ip(address: str) -> bytes:
+    """An iPAddress GeneralName."""
+    return tlv(0x87, ipaddress.ip_address(address).packed)
+
+
 def _go_126_constraint_cases(c: Corpus) -> None:
     """Go 1.26's constraints.go (sorted, pruned sets searched by lower bound) where it differs from "any
     constraint matches"."""
-
-    def with_constraints(value: bytes) -> Node:
-        base = root("constrained-ca")
-        return extended(base, base.key, "2.5.29.30", value, True)
-
-    def with_san(issuer: Node, *names: bytes) -> Node:
-        return extended(leaf(issuer), issuer.key, "2.5.29.17", tlv(der.SEQUENCE, b"".join(names)))
-
-    def ip(address: str) -> bytes:
-        return tlv(0x87, ipaddress.ip_address(address).packed)
 
     wide, narrow = ip_constraint("10.9.9.9", "255.0.0.0"), ip_constraint("10.5.0.0", "255.255.0.0")
     for side, value in (
@@ -866,7 +872,7 @@ def _algorithm_cases(c: Corpus) -> None:
         mid_e = make(f"rsa-e-{label}-intermediate", ca, ca=True, key=rsa_key_with_exponent(exponent))
         c.add(f"algorithms/rsa-intermediate-exponent-{label}", [ca], [leaf(mid_e), mid_e])
     # crypto/tls refuses a presented certificate whose RSA key is over 8192 bits (handshake_server.go).
-    for bits in (8192, 8194):
+    for bits in (8192, 8193, 8194):
         modulus = (1 << (bits - 1)) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << (bits - 2))) | 1
         c.add(
             f"algorithms/rsa-leaf-{bits}-bits",
@@ -1085,6 +1091,103 @@ def _bundle_cases(c: Corpus) -> None:
     c.add("bundle/begin-without-dashes-then-signer", b"-----BEGIN CERTIFICATE\n" + second_pem, [end])
 
 
+def _mutation_cases(c: Corpus) -> None:
+    """Shapes a mistake in our verifier's shortcuts, counters and limits would grant (docs/mutation.md): Go
+    refuses each, or grants it beside one it refuses (the exact edge)."""
+
+    # an excluded DNS name that is not the first of its sorted set, and excluded names written in upper case
+    for label, names, san in (
+        ("dns-excluded-middle", [b"aaa.example", b"example.com", b"zzz.example"], b"proxy.example.com"),
+        ("dns-excluded-last", [b"aaa.example", b"bbb.example", b"example.com"], b"example.com"),
+        ("dns-excluded-capital-a", [b"b.example", b"A.example"], b"x.a.example"),
+        ("dns-excluded-capital-a-exact", [b"A.example", b"b.example", b"c.example"], b"a.example"),
+        ("dns-excluded-capital-a-after-underscore", [b"A.example", b"_.example"], b"x.a.example"),
+    ):
+        ca = with_constraints(raw_constraints((), [tlv(0x82, n) for n in names]))
+        c.add(f"constraints/{label}", [ca], [with_san(ca, tlv(0x82, san))])
+    # '@' and '`' fold to different bytes of the sort key (only A-Z fold): an exact key is an exact name
+    at_sign = with_constraints(raw_constraints([tlv(0x82, b"@.example")]))
+    c.add("constraints/dns-permitted-at-sign-san-backtick", [at_sign], [with_san(at_sign, tlv(0x82, b"`.example"))])
+    # an IPv4-mapped IPv6 SAN against an excluded IPv4 range
+    v4 = with_constraints(raw_constraints((), [ip_constraint("10.0.0.0", "255.0.0.0")]))
+    c.add("constraints/ip-v4-mapped-san-excluded-v4", [v4], [with_san(v4, ip("::ffff:10.1.2.3"))])
+    # overlapping IP constraints, each side, an address in both and one in the wide only
+    wide, narrow = ip_constraint("10.0.0.0", "255.0.0.0"), ip_constraint("10.1.0.0", "255.255.0.0")
+    for side, value in (
+        ("permitted", raw_constraints([wide, narrow])),
+        ("excluded", raw_constraints((), [narrow, wide])),
+    ):
+        ca = with_constraints(value)
+        c.add(f"constraints/ip-overlapping-{side}-in-both", [ca], [with_san(ca, ip("10.1.2.3"))])
+        c.add(f"constraints/ip-overlapping-{side}-in-wide", [ca], [with_san(ca, ip("10.200.0.1"))])
+        c.add(f"constraints/ip-overlapping-{side}-outside", [ca], [with_san(ca, ip("11.0.0.1"))])
+    # IPv6 constraints: a SAN inside, and one outside with the same last four bytes as the network
+    v6_net = ip_constraint("2001:db8::", "ffff:ffff::")
+    for side, value in (("permitted", raw_constraints([v6_net])), ("excluded", raw_constraints((), [v6_net]))):
+        ca = with_constraints(value)
+        c.add(f"constraints/ip-v6-{side}-inside", [ca], [with_san(ca, ip("2001:db8::1"))])
+        c.add(f"constraints/ip-v6-{side}-outside-same-tail", [ca], [with_san(ca, ip("2001:db9::"))])
+    # a dNSName Go cannot parse (a trailing dot), under a constraint that does not name it
+    elsewhere = with_constraints(raw_constraints((), [tlv(0x82, b"other.org")]))
+    trailing_dot = with_san(elsewhere, tlv(0x82, b"a.example."))
+    c.add("constraints/dns-trailing-dot-excluded-elsewhere", [elsewhere], [trailing_dot])
+    leading_dot = with_san(elsewhere, tlv(0x82, b".a.example"))  # valid as a constraint, not as a name
+    c.add("constraints/dns-leading-dot-excluded-elsewhere", [elsewhere], [leading_dot])
+    # a URI SAN whose host is an IP literal, under URI constraints
+    for side, value in (
+        ("permitted", raw_constraints([tlv(0x86, b"example.com")])),
+        ("excluded", raw_constraints((), [tlv(0x86, b"example.com")])),
+    ):
+        ca = with_constraints(value)
+        c.add(f"constraints/uri-ip-host-{side}-v4", [ca], [with_san(ca, tlv(0x86, b"https://10.0.0.1/x"))])
+        c.add(f"constraints/uri-ip-host-{side}-v6", [ca], [with_san(ca, tlv(0x86, b"https://[2001:db8::1]:8443/x"))])
+    # requireExplicitPolicy counted over two intermediates: 2 runs out at the leaf (Go refuses), 3 does not
+    ca = root()
+    for skip in (2, 3):
+        required = x509.PolicyConstraints(require_explicit_policy=skip, inhibit_policy_mapping=None)
+        top = extended(make("intermediate-1", ca, ca=True), ca.key, "2.5.29.36", required.public_bytes())
+        below = make("intermediate-2", top, ca=True)
+        c.add(f"extensions/require-explicit-policy-{skip}-two-intermediates", [ca], [leaf(below), below, top])
+    # requireExplicitPolicy=0 on the trust anchor, which Go does not process (RFC 5280 6.1: the anchor is input)
+    anchor_required = x509.PolicyConstraints(require_explicit_policy=0, inhibit_policy_mapping=None)
+    strict_base = root("strict-ca")
+    strict_root = extended(strict_base, strict_base.key, "2.5.29.36", anchor_required.public_bytes())
+    strict_mid = make("intermediate", strict_root, ca=True)
+    c.add("extensions/root-require-explicit-policy-0", [strict_root], [leaf(strict_mid), strict_mid])
+    # a self-issued intermediate (a key rollover under one name) does not count down requireExplicitPolicy
+    two = x509.PolicyConstraints(require_explicit_policy=2, inhibit_policy_mapping=None)
+    rolled_top = extended(make("rolled", ca, ca=True), ca.key, "2.5.29.36", two.public_bytes())
+    rolled = make("rolled", rolled_top, ca=True)  # issuer and subject both "rolled"
+    c.add("extensions/require-explicit-policy-2-self-issued-below", [ca], [leaf(rolled), rolled, rolled_top])
+    # certificate policies together with policy constraints or mappings
+    mid = make("intermediate", ca, ca=True)
+    policy = x509.CertificatePolicies([x509.PolicyInformation(x509.ObjectIdentifier("2.23.140.1.2.1"), None)])
+    other = x509.CertificatePolicies([x509.PolicyInformation(x509.ObjectIdentifier("2.23.140.1.2.2"), None)])
+    require = x509.PolicyConstraints(require_explicit_policy=0, inhibit_policy_mapping=None)
+    with_policies = extended(mid, ca.key, "2.5.29.32", policy.public_bytes())
+    both = extended(with_policies, ca.key, "2.5.29.36", require.public_bytes())
+    other_leaf = extended(leaf(mid), mid.key, "2.5.29.32", other.public_bytes())
+    c.add("extensions/policies-and-require-explicit-leaf-other-policy", [ca], [other_leaf, both])
+    any_policy = _encode_oid("2.5.29.32.0")
+    mapping = tlv(der.SEQUENCE, tlv(der.SEQUENCE, any_policy + _encode_oid("2.23.140.1.2.1")))
+    mapped = extended(with_policies, ca.key, "2.5.29.33", mapping)
+    c.add("extensions/policies-and-mapping-from-any-policy", [ca], [leaf(mid), mapped])
+    # an RSA-PSS signature declaring trailerField 2 (Go: only 1)
+    pss_root = root(key=rsa.generate_private_key(65537, 2048))
+    sha256 = _encode_oid("2.16.840.1.101.3.4.2.1")
+    mgf = tlv(der.SEQUENCE, _encode_oid("1.2.840.113549.1.1.8") + tlv(der.SEQUENCE, sha256 + b"\x05\x00"))
+    params = tlv(0xA0, tlv(der.SEQUENCE, sha256 + b"\x05\x00")) + tlv(0xA1, mgf) + tlv(0xA2, _integer(32))
+    for label, trailer in (("1", b""), ("1-explicit", tlv(0xA3, _integer(1))), ("2", tlv(0xA3, _integer(2)))):
+        pss_alg = tlv(der.SEQUENCE, _encode_oid("1.2.840.113549.1.1.10") + tlv(der.SEQUENCE, params + trailer))
+        pss_leaf = resign(leaf(pss_root), pss_root.key, lambda f: f, pss_alg, pss=True)
+        c.add(f"algorithms/rsa-pss-trailer-{label}", [pss_root], [pss_leaf])
+    # one presented intermediate with an RSA key over 8192 bits among normal certificates (crypto/tls refuses)
+    modulus = (1 << 8193) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << 8192)) | 1
+    oversized = resign(make("oversized", ca, ca=True), ca.key, set_field(SPKI, rsa_public_key_info(modulus, 65537)))
+    c.add("chains/one-oversized-rsa-intermediate", [ca], [leaf(mid), mid, oversized])
+    c.add("chains/one-oversized-rsa-intermediate-first", [ca], [leaf(mid), oversized, mid])
+
+
 def serve_argv(
     cert: Path, key: Path, requestheader_ca: Path, names: Sequence[str], client_ca: Path | None = None
 ) -> list[str]:
@@ -1113,6 +1216,7 @@ def build() -> list[Case]:
         _algorithm_cases,
         _chain_cases,
         _bundle_cases,
+        _mutation_cases,
     ):
         section(corpus)
     names = [case.name for case in corpus.cases]

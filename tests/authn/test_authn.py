@@ -164,6 +164,8 @@ def test_uid_attribute_rules() -> None:
     two = x509_authn.user_of(named((NameOID.COMMON_NAME, "u"), (NameOID.USER_ID, "a"), (NameOID.USER_ID, "b")))
     assert one.user is not None and one.user.uid == "id-1"
     assert two.error == "x509: expected 1 UID, but found multiple"
+    empty = x509_authn.authenticate(request([], named((NameOID.COMMON_NAME, "alice"), (NameOID.USER_ID, ""))))
+    assert empty.user is None and empty.error == "x509: UID cannot be an empty string"  # kube: 401
 
 
 def test_certificate_without_cn_is_not_a_user() -> None:
@@ -219,6 +221,13 @@ def test_bearer_tokens(header: str, outcome: str) -> None:
     got = bearertoken.authenticate(TOKENS, request([("authorization", header)]))
     kind = got.user.name if got.user else ("error" if got.error else "not-mine")
     assert kind == outcome
+
+
+def test_only_the_first_authorization_header_counts() -> None:
+    """kube reads ``req.Header.Get("Authorization")``: the first value."""
+    good, bad = ("Authorization", "Bearer s3cret-token"), ("Authorization", "Bearer wrong")
+    assert bearertoken.authenticate(TOKENS, request([good, bad])).user is not None
+    assert bearertoken.authenticate(TOKENS, request([bad, good])).error == "invalid bearer token"
 
 
 # --- the chain -----------------------------------------------------------------------------------------
@@ -316,6 +325,27 @@ def test_upstream_headers_as_the_aggregator_sends_them() -> None:
     assert requestheader.upstream_headers(UserInfo(ANONYMOUS)) == [(b"x-remote-user", ANONYMOUS.encode())]
 
 
+def test_upstream_headers_use_the_first_configured_name_of_each_list() -> None:
+    config = RequestHeaderConfig(("X-U1", "X-U2"), ("X-I1", "X-I2"), ("X-G1", "X-G2"), ("X-E1-", "X-E2-"))
+    user = UserInfo("jane", "u-1", ("ops",), {"k": ("v",)})
+    assert requestheader.upstream_headers(user, config) == [
+        (b"x-u1", b"jane"),
+        (b"x-i1", b"u-1"),
+        (b"x-g1", b"ops"),
+        (b"x-e1-k", b"v"),
+    ]
+
+
+def test_a_failed_authentication_answers_kube_s_401_status() -> None:
+    status = review.UNAUTHORIZED_STATUS
+    assert (status["kind"], status["status"], status["reason"], status["code"]) == (
+        "Status",
+        "Failure",
+        "Unauthorized",
+        401,
+    )
+
+
 @pytest.mark.parametrize("key", ["reason/why", "100%", "a b", "ключ", "x.y-z_~"])
 def test_extra_keys_survive_the_round_trip(key: str) -> None:
     """What the aggregator escapes, the requestheader authenticator unescapes to the same key."""
@@ -323,3 +353,10 @@ def test_extra_keys_survive_the_round_trip(key: str) -> None:
     got = requestheader.authenticate(CONFIG, Request([(b"x-remote-user", b"u"), header], NOW, FP,
                                                      FRONT_PROXY.verify([FP], NOW)))  # fmt: skip
     assert got.user is not None and dict(got.user.extra) == {key.lower(): ("v",)}
+
+
+def test_an_extra_key_with_a_malformed_escape_is_kept_whole() -> None:
+    """Go's url.PathUnescape fails on a malformed escape and kube keeps the key as sent: the valid escape
+    before it is not decoded either."""
+    assert requestheader.unescape_extra_key("a%41%zz") == "a%41%zz"
+    assert requestheader.unescape_extra_key("a%41") == "aA"

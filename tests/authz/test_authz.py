@@ -91,10 +91,13 @@ def test_secret_set_matches_any_rotated_secret_only() -> None:
     for wrong in ("", "old-secret", "old-secret-01234567890", "new-secret-012345678"):
         assert not secrets.matches(wrong)
     assert "secret-0" not in repr(secrets)
+    with pytest.raises(ValueError, match="no shared secret"):  # an empty set would silently refuse every secret
+        SecretSet([])
 
 
 FP_OK = ChainVerifier([FP_CA.cert], ()).verify([pki.issue(FP_CA, "a").cert], NOW)
 BOTH = Policy(frozenset({Mode.FRONT_PROXY, Mode.SHARED_SECRET}), SecretSet([SECRET]))
+FP_WITH_SECRETS = Policy(frozenset({Mode.FRONT_PROXY}), SecretSet([SECRET]))
 
 
 @pytest.mark.parametrize(
@@ -107,6 +110,8 @@ BOTH = Policy(frozenset({Mode.FRONT_PROXY, Mode.SHARED_SECRET}), SecretSet([SECR
         (BOTH, b"JSON", FP_OK, False, "unsupported-format"),
         (Policy(frozenset({Mode.SHARED_SECRET}), SecretSet([SECRET])), b"TEXT", FP_OK, False, "no-secret"),
         (FP_ONLY, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret-not-accepted"),
+        # a secret set, but the shared-secret mode off: the right secret is still not accepted
+        (FP_WITH_SECRETS, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret-not-accepted"),
         (Policy(frozenset({Mode.HEADER_ONLY})), b"TEXT", NO_CERTIFICATE, True, "header-only"),
         (Policy(frozenset({Mode.HEADER_ONLY})), b"JSON", NO_CERTIFICATE, False, "unsupported-format"),
     ],

@@ -22,6 +22,12 @@ def test_microseconds_round_trip() -> None:
     assert at(microseconds(START)) == START and microseconds(at(123)) == 123
 
 
+def test_microseconds_count_from_the_unix_epoch() -> None:
+    """The middleware reads the clock as ``time.time_ns() // 1000``: the memo's microseconds must be the same."""
+    assert microseconds(START) == 1_767_225_600 * 1_000_000  # 2026-01-01T00:00:00Z
+    assert at(0) == dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def test_no_certificate_needs_no_clock() -> None:
     memo = ConnectionMemo()
     memo.remember(AUTHORITY, Checks())
@@ -36,6 +42,9 @@ def test_a_held_check_stands_only_inside_its_window() -> None:
     assert memo.steady(s + 5) == (s, s + HOUR)
     assert memo.steady(s - 5) == (-(2**63), s - 1)  # before: until the window opens
     assert memo.steady(s + HOUR + 1) == (s + HOUR + 1, FOREVER - 1)  # after: from the end on
+    # the exact edges (ChainResult.holds_at: notBefore <= t <= notAfter) are inside the window
+    assert memo.steady(s) == memo.steady(s + HOUR) == (s, s + HOUR)
+    assert memo.steady(s - 1) == (-(2**63), s - 1)
 
 
 def test_two_windows_and_a_recheck_bound_each_other() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from secure_orca.authz.streams import Full, Kind, Limits, Slot, Slots, WriteDeadline
+from secure_orca.server.options import oob as oob_options
 
 LIMITS = Limits(total=8, per_connection=3, per_identity=4, front_proxy_share=2)
 
@@ -97,3 +100,28 @@ def test_write_deadline_counts_from_the_oldest_unsent_report() -> None:
     assert writes.may_send(0)
     writes.sent(20.0)
     assert not writes.check(10, 24.0) and writes.check(10, 25.0)
+
+
+def test_limits_accept_their_exact_bounds() -> None:
+    def flags(limits: Limits) -> list[str]:
+        return [problem.split(":")[0] for problem in limits.problems()]
+
+    assert flags(Limits(total=10000, per_connection=10000, per_identity=1, front_proxy_share=9999)) == []
+    assert flags(Limits(total=1, per_connection=1, per_identity=1, front_proxy_share=0)) == []
+    assert flags(Limits(total=10001, per_connection=1, front_proxy_share=0)) == ["max-streams"]
+    assert flags(Limits(total=4, per_connection=5, front_proxy_share=0)) == ["max-streams-per-connection"]
+    assert flags(Limits(total=4, front_proxy_share=-1)) == ["front-proxy-streams"]
+
+
+def test_one_unsent_byte_is_still_unsent() -> None:
+    writes = WriteDeadline(deadline=5.0)
+    writes.sent(0.0)
+    assert not writes.may_send(1)
+    assert not writes.check(1, 4.5) and writes.check(1, 5.0)
+
+
+def test_the_default_limits_are_the_flags_defaults() -> None:
+    """``Limits()`` (what OobConfig holds when no flag is given) is what --endpoint-load-metrics-oob-* default to."""
+    parser = argparse.ArgumentParser()
+    oob_options.add_flags(parser)
+    assert oob_options._limits(parser.parse_args([])) == Limits() == Limits(64, 4, 16, 16)

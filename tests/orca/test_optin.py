@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from secure_orca.orca.optin import OptIn, OptInError, header_value, parse
+from secure_orca.orca.headers import OPTIN_SPELLINGS, spellings
+from secure_orca.orca.optin import BARE, OptIn, OptInError, header_value, parse
 
 
 @pytest.mark.parametrize(
@@ -46,10 +47,33 @@ def test_refused(values: list[bytes], reason: str) -> None:
     assert "secret=" not in str(refused.value)
 
 
+def test_the_length_limit_is_512_bytes_exactly() -> None:
+    prefix = b"TEXT; secret="
+    at_limit = prefix + b"a" * (512 - len(prefix))
+    assert len(at_limit) == 512 and parse([at_limit]) == OptIn("TEXT", "a" * (512 - len(prefix)))
+    with pytest.raises(OptInError, match="malformed-opt-in"):
+        parse([at_limit + b"a"])
+
+
 def test_repr_hides_secret() -> None:
     assert "hunter2" not in repr(OptIn("TEXT", "hunter2"))
+    assert repr(OptIn("TEXT", "hunter2")) == "OptIn(format='TEXT', secret=<set>)"
+    assert repr(OptIn("TEXT")) == "OptIn(format='TEXT', secret=None)"
+
+
+def test_the_front_proxy_s_plain_opt_in_takes_the_shared_answer() -> None:
+    """``TEXT`` alone, what a front proxy sends on every request, is answered without the grammar or an
+    allocation."""
+    assert parse([b"TEXT"]) is BARE
 
 
 def test_header_value() -> None:
     assert header_value() == "TEXT"
     assert parse([header_value(secret="s3cr3t").encode()]) == OptIn("TEXT", "s3cr3t")
+
+
+def test_every_spelling_of_the_opt_in_header() -> None:
+    """Each ``-`` kept or written ``_``, the first label in front (orca.headers.spellings)."""
+    assert spellings(b"a-b-c") == {b"a-b-c", b"a_b-c", b"a-b_c", b"a_b_c"}
+    assert spellings(b"plain") == {b"plain"}
+    assert len(OPTIN_SPELLINGS) == 8 and b"endpoint_load-metrics_request" in OPTIN_SPELLINGS
