@@ -183,7 +183,7 @@ def _table_row(out: str, name_parts: tuple[str, ...]) -> str:
 
 @pytest.mark.parametrize(
     ("header", "leaked"),
-    [(OPTIN, 44), (FORMAT, 5)],  # the opt-in answered to anyone; Triton's spelling answered to anyone (its case variant too)
+    [(OPTIN, 44), (FORMAT, 5)],  # the opt-in answered to anyone; Triton's spelling, its case variant too
 )
 def test_a_server_that_answers_anyone_prints_one_cause_first_with_its_vectors_under_it(
     capsys: pytest.CaptureFixture[str], dev_pki: pki.DevPKI, header: str, leaked: int
