@@ -24,7 +24,7 @@ from pathlib import Path
 
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
-from secure_orca.server import tls_policy
+from secure_orca.server.http import tls_policy
 
 ATTACKERS = 40
 PAUSE = 0.2  # seconds between bursts

@@ -33,7 +33,7 @@ from secure_orca import pki
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.procfs import process_cpu_schedstat as process_cpu  # ns, not ticks
-from secure_orca.server import tls_policy
+from secure_orca.server.http import tls_policy
 
 TLS13, TLS12 = ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2
 FINITE_FIELD = ("ffdhe2048", "ffdhe8192")

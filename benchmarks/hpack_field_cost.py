@@ -5,7 +5,7 @@
 The response headers of the demo's /healthz as hypercorn hands them to h2 (a fresh ``audit-id`` UUID each time,
 as kube-apiserver sends), encoded on one long-lived HPACK context, with and without a load report of the size
 the sampler publishes; and h2's outbound header normalisation and validation of the same lists. The "indexed"
-rows use the server's own encoder (``secure_orca/server/h2_headers.py``); "report carried" is how the server
+rows use the server's own encoder (``secure_orca/server/hpack/headers.py``); "report carried" is how the server
 sends the report: past h2 (whose work is then the "no report" row) and appended by that encoder. Per response:
 a window of N encodings minus a window of M, as in ``benchmarks/instructions.py``.
 """
@@ -31,7 +31,7 @@ def _child(marks_path: str) -> None:
     import hpack
     from h2.utilities import HeaderValidationFlags
 
-    from secure_orca.server.h2_headers import IndexedEncoder
+    from secure_orca.server.hpack.headers import IndexedEncoder
 
     uuids = random.Random(0)
     flags = HeaderValidationFlags(is_client=False, is_trailer=False, is_response_header=True, is_push_promise=False)

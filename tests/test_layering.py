@@ -89,6 +89,18 @@ def test_only_cli_imports_cli(name: str) -> None:
     assert not {m for m in MODULES[name] if within(m, {"secure_orca.cli"})}
 
 
+HTTP2_INTERNALS = {"h2", "hpack", "hyperframe"}
+HTTP2_OWNERS = {"secure_orca.server.http", "secure_orca.server.hpack"}  # the contract in pyproject.toml, also here
+
+
+def test_only_http_and_hpack_import_h2_in_server() -> None:
+    """In ``server``, h2, hpack and hyperframe are imported by ``server.http`` and ``server.hpack`` alone."""
+    server = (m for m in MODULES if within(m, {"secure_orca.server"}))
+    owners = {m for m in server if any(within(used, HTTP2_INTERNALS) for used in MODULES[m])}
+    strays = sorted(m for m in owners if not within(m, HTTP2_OWNERS))
+    assert strays == [] and owners, owners
+
+
 def test_lazy_and_from_imports_are_seen(tmp_path: Path) -> None:
     """A violation cannot hide in a function body or behind ``from ... import``."""
     source = tmp_path / "m.py"

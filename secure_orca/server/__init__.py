@@ -1,2 +1,2 @@
-"""The HTTP/2 TLS server: configuration, assembly, middleware, sampler, reload, metrics, proxy, demo backend,
-and the one package that touches hypercorn's internals (http)."""
+"""The HTTP/2 TLS server: configuration, assembly, middleware, sampler, reload, metrics, demo backend, and its
+wings: audit, proxy, hpack (the server's header coding) and http (the one package touching hypercorn's internals)."""

@@ -14,7 +14,7 @@ from secure_orca.credentials import loader
 from secure_orca.credentials.loader import Material
 from secure_orca.server import demo
 from secure_orca.server.asgi import ASGIApp, BodyDeadline, Scope
-from secure_orca.server.audit import AuditLog, AuditMiddleware, KnownSecrets, open_sink, record_of
+from secure_orca.server.audit.log import AuditLog, AuditMiddleware, KnownSecrets, open_sink, record_of
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.http.serve import ServerOptions, serve
@@ -29,7 +29,7 @@ from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier
 
 if TYPE_CHECKING:  # imported where a route needs it: httpx is a fifth of serve's start-up
-    from secure_orca.server.proxy import ProxyApp
+    from secure_orca.server.proxy.forward import ProxyApp
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Server:
             metrics = Metrics(sampler, lambda: verifications(app))
             app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
             if proxy is not None:
-                from secure_orca.server.proxymetrics import RouteCollector
+                from secure_orca.server.proxy.metrics import RouteCollector
 
                 metrics.registry.register(RouteCollector(proxy.metrics))
         context = make_server_context(material.serving, material.anchors())
@@ -71,7 +71,7 @@ class Server:
             reports = proxy.reports if proxy is not None else None
             source = sampler
             if reports is not None and any(route.report != "local" for route in config.backend.routes):
-                from secure_orca.server.backendload import WithBackendLoad
+                from secure_orca.server.proxy.backendload import WithBackendLoad
 
                 source = cast(Sampler, WithBackendLoad(sampler, reports))  # OobService reads only ``.report``
             oob = OobService(
@@ -201,8 +201,8 @@ def build_app(
     inner = backend
     proxy = None
     if config.backend.routes:
-        from secure_orca.server.backendload import BackendReports
-        from secure_orca.server.proxy import ProxyApp
+        from secure_orca.server.proxy.backendload import BackendReports
+        from secure_orca.server.proxy.forward import ProxyApp
 
         reports = BackendReports(sampler, config.load_metrics.decimals, config.backend.report_max_age)
         require = config.backend.readiness == "require"

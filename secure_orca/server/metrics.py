@@ -26,8 +26,8 @@ from secure_orca.authz.policy import Decision
 from secure_orca.authz.reasons import Reason
 from secure_orca.authz.streams import Kind
 from secure_orca.errors import FlagError
-from secure_orca.server.audit import AuditLog
-from secure_orca.server.h2_headers import REFUSED_BLOCKS
+from secure_orca.server.audit.log import AuditLog
+from secure_orca.server.hpack.headers import REFUSED_BLOCKS
 from secure_orca.server.http.handshake import GIVE_UP_CAUSES, HandshakeStats
 from secure_orca.server.oob import OobService
 from secure_orca.server.sampler import Sampler

@@ -23,8 +23,8 @@ from secure_orca.orca.headers import OPTIN_SPELLINGS as _OPTIN_SPELLINGS
 from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
 from secure_orca.orca.headers import spellings
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
-from secure_orca.server.audit import AUDIT_KEY
-from secure_orca.server.backendload import GRANT_KEY, REPORT_KEY, TEXT_GRANT
+from secure_orca.server.audit.log import AUDIT_KEY
+from secure_orca.server.proxy.backendload import GRANT_KEY, REPORT_KEY, TEXT_GRANT
 from secure_orca.server.sampler import Sampler
 from secure_orca.server.trust import CONNECTION_KEY, TrustService, now_us, peer
 

@@ -71,8 +71,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from secure_orca.server.audit import AuditLog
-from secure_orca.server.auditfile import append, errno_text, open_sink
+from secure_orca.server.audit.file import append, errno_text, open_sink
+from secure_orca.server.audit.log import AuditLog
 from secure_orca.server.options.audit import AuditConfig
 
 log = logging.getLogger("secure_orca.audit")

@@ -23,7 +23,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from secure_orca.server.proxy import UNSENDABLE_USER
+from secure_orca.server.proxy.forward import UNSENDABLE_USER
 from tests.replicas import run_replicas
 
 from ..conftest import ClientCert, fp_flags, load_issued, write_client

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from secure_orca.server import audit
+from secure_orca.server.audit import log as audit
 
 SECRET = "s3cr3t/Value+with=signs"
 PATH = "/api/" + "a" * 2000  # the same path in the hostile and the control request

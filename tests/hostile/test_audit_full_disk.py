@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from secure_orca.server import audit
-from secure_orca.server.auditfile import RotatingFile, append
+from secure_orca.server.audit import log as audit
+from secure_orca.server.audit.file import RotatingFile, append
 from tests.asgi_call import run_asgi
 from tests.workers.fulldisk import full_disk
 

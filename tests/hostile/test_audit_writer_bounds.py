@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from secure_orca.server import audit
-from secure_orca.server.auditfile import RotatingFile
+from secure_orca.server.audit import log as audit
+from secure_orca.server.audit.file import RotatingFile
 from secure_orca.workers import auditwriter
 from secure_orca.workers.auditwriter import Channel, Relay, write_until_end
 

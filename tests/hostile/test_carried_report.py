@@ -19,7 +19,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.h2client import client_connection
 from secure_orca.lab import replicas as launch
-from secure_orca.server.h2_headers import indexed_encoder
+from secure_orca.server.hpack.headers import indexed_encoder
 from secure_orca.server.http.connection import GatewayH2Connection
 
 REPORT = b"endpoint-load-metrics"

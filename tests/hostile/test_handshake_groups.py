@@ -17,7 +17,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.credentials import loader
 from secure_orca.lab.replicas import Replica
-from secure_orca.server import tls_policy
+from secure_orca.server.http import tls_policy
 from secure_orca.server.http.tls import make_server_context
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")

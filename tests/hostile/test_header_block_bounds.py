@@ -31,7 +31,7 @@ from benchmarks.header_block_flood import (
 from secure_orca import pki
 from secure_orca.h2client import client_connection
 from secure_orca.lab import replicas as launch
-from secure_orca.server.h2_headers import REFUSED_BLOCKS, TOO_LARGE, TOO_MANY_SIZE_UPDATES, max_encoded_block
+from secure_orca.server.hpack.headers import REFUSED_BLOCKS, TOO_LARGE, TOO_MANY_SIZE_UPDATES, max_encoded_block
 from secure_orca.server.http.connection import GatewayH2Connection
 from tests.replicas import assert_no_traceback, replica_fixture
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from secure_orca.server import audit
+from secure_orca.server.audit import log as audit
 from tests.replicas import run_replicas
 from tests.rotating import eventually
 

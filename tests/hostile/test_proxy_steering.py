@@ -17,7 +17,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from secure_orca.server.proxy import steered_path
+from secure_orca.server.proxy.forward import steered_path
 from tests.replicas import assert_no_traceback, run_replicas
 
 from ..conftest import fp_flags

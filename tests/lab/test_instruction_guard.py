@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"instruction-count 
 # on ÷ off, ASGI app in process (the demo /healthz handler behind authentication, about 110-160 k instructions
 # with the feature off). Measured on 529c62d: front proxy 1.037, secret 1.039, refused 1.013, no opt-in 1.000.
 # The whole-server figures in docs/performance.md add what the report costs hypercorn, h2 and hpack (carried past
-# h2 and indexed by server/h2_headers.py); read that page before raising a limit.
+# h2 and indexed by server/hpack/headers.py); read that page before raising a limit.
 LIMITS = {"front-proxy": 1.05, "secret": 1.05, "refused": 1.02, "no-opt-in": 1.002}
 
 

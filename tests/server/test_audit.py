@@ -22,7 +22,7 @@ from secure_orca.authn.user import UserInfo
 from secure_orca.authz.reasons import Reason
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
-from secure_orca.server import audit
+from secure_orca.server.audit import log as audit
 from tests.conftest import ClientCert, fp_flags
 from tests.replicas import run_replicas
 from tests.rotating import eventually

@@ -8,7 +8,7 @@ from secure_orca.authn.user import UserInfo
 from secure_orca.errors import FlagError
 from secure_orca.server.authentication import FRONT_PROXY_KEY, USER_KEY
 from secure_orca.server.flags import parse_proxy
-from secure_orca.server.proxy import InFlight, error_body, forwarded_headers, limit_key, upstream_target
+from secure_orca.server.proxy.forward import InFlight, error_body, forwarded_headers, limit_key, upstream_target
 
 
 def test_route_options_are_parsed_and_checked() -> None:

@@ -9,7 +9,7 @@ import struct
 import threading
 from pathlib import Path
 
-from secure_orca.server.auditfile import RotatingFile
+from secure_orca.server.audit.file import RotatingFile
 from secure_orca.workers.auditwriter import PACK, Channel, Relay, write_until_end
 
 

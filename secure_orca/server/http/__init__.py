@@ -7,7 +7,7 @@ Subclasses, each constructed once per connection; no method is replaced on an in
   caps, and what to give up when descriptors run short;
 - ``handshake``: ``GatewaySSLProtocol``, asyncio's ``SSLProtocol`` without a buffer or ``SSLObject`` before the
   first bytes, with a ClientHello deadline and its handshake steps in ``HandshakePool``'s threads (the CPython
-  members it relies on: ``tests/server/test_sslproto_contract.py``);
+  members it relies on: ``tests/server/http/test_sslproto_contract.py``);
 - ``pending``: the caps on handshakes not yet complete, per address and in total (pure);
 - ``serve``: ``GatewayTCPServer`` (hypercorn's per-connection server) with ``ConnectionApp``,
   and the graceful GOAWAY it drives;
@@ -20,5 +20,6 @@ Subclasses, each constructed once per connection; no method is replaced on an in
 - ``connection``: ``GatewayH2Connection``, h2's connection with the outbound header blocks (the indexed
   encoder, the carried report, trailers-only responses).
 
-The hypercorn internals the package relies on are listed and checked in ``tests/server/test_hypercorn_contract.py``.
+The hypercorn internals the package relies on are listed and checked in
+``tests/server/http/test_hypercorn_contract.py``.
 """

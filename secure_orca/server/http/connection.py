@@ -10,7 +10,7 @@ import h2.config
 import h2.connection
 import h2.settings
 
-from secure_orca.server.h2_headers import (
+from secure_orca.server.hpack.headers import (
     REPORT_FIELD_NAME,
     HeaderBlockBuffer,
     IndexedEncoder,
@@ -29,10 +29,10 @@ class GatewayH2Connection(h2.connection.H2Connection):
 
     - inbound header validation is off: ``protocol.GatewayH2Protocol`` runs h2's own validation per header block
       and refuses a malformed request as a stream error, where h2 would end the connection;
-    - the encoder is ``IndexedEncoder`` (``server/h2_headers.py``): hpack's bytes, found without scanning the
+    - the encoder is ``IndexedEncoder`` (``server/hpack/headers.py``): hpack's bytes, found without scanning the
       table, installed before the first block (the peer's decoder mirrors the table from the start); the
       decoder is ``TableDecoder`` (the same module): hpack's, with its Huffman strings decoded by a byte-wise
-      table (``server/huffman.py``) instead of a Python loop per nibble, installed before the first block; every
+      table (``server/hpack/huffman.py``) instead of a Python loop per nibble, installed before the first block; every
       inbound header block is bounded before it is decoded (``HeaderBlockBuffer``, its fragments at most twice
       the header-list limit; at most two size updates at its start, ``TableDecoder``), else the connection ends
       with GOAWAY;

@@ -21,7 +21,7 @@ whole handshake within ``handshake_timeout`` (asyncio's own timer, as ``ssl_hand
 
 hypercorn, h2, the ASGI TLS extension and the gate see what they saw with ``ssl=context``: the same transport
 (``_SSLProtocolTransport``) and extra info, the same ``StreamReaderProtocol`` on top. asyncio's private members
-this class relies on are checked in ``tests/server/test_sslproto_contract.py``. uvloop's ``SSLProtocol`` is
+this class relies on are checked in ``tests/server/http/test_sslproto_contract.py``. uvloop's ``SSLProtocol`` is
 Cython and its transports differ: under ``--event-loop uvloop`` none of this is used (``serve`` passes
 ``ssl=context`` as before; the caps still hold, the deadlines are uvloop's handshake timeout).
 """

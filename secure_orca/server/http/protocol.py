@@ -65,7 +65,7 @@ _TRAILERS = _REQUEST._replace(is_trailer=True)
 # upper case (and a colon only first); a value holds no NUL, LF or CR and neither starts nor ends with SP or HTAB.
 _NAME_OCTETS = bytes(c for c in range(0x21, 0x7F) if not 0x41 <= c <= 0x5A)
 _EDGE_WHITESPACE = (0x20, 0x09)
-# h2's ``validate_headers`` without its first stage, in its order (tests/server/test_inbound_validation.py checks
+# h2's ``validate_headers`` without its first stage, in its order (tests/server/http/test_inbound_validation.py checks
 # that ``validate_headers`` is these stages after ``_reject_illegal_characters``)
 _STAGES = (
     h2.utilities._reject_empty_header_names,
@@ -99,7 +99,7 @@ def refused_by_h2(headers: list[tuple[bytes, bytes]], trailers: bool = False) ->
     character check is ``illegal_characters`` (the same verdict at C speed: h2's loop cost about 6 ms per
     request of the 58 KB flood in issue 26's profile), its other stages are h2's own, run in its order. Every
     stage either raises ``ProtocolError`` or passes the field on, so checking the characters of the whole block
-    first reaches h2's verdict (tests/server/test_inbound_validation.py compares them). Pure."""
+    first reaches h2's verdict (tests/server/http/test_inbound_validation.py compares them). Pure."""
     if illegal_characters(headers):
         return True
     checked: Iterable[tuple[bytes, bytes]] = headers

@@ -7,7 +7,7 @@ the stream writer. It reads the peer's certificate chain once (``tls.tls_extensi
 that every request of the connection carries ``scope["extensions"]["tls"]`` (``ConnectionApp``), and serves the
 connection with the gateway's protocol for the ALPN the handshake chose (``protocol.GatewayH2Protocol``,
 ``protocol.GatewayH11Protocol``). Any hypercorn other than 0.18.0 refuses to start: the package relies on the
-internals ``tests/server/test_hypercorn_contract.py`` names and checks.
+internals ``tests/server/http/test_hypercorn_contract.py`` names and checks.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any
 from cryptography import x509
 
 from secure_orca.credentials.kinds import KeyPair
-from secure_orca.server import tls_policy
+from secure_orca.server.http import tls_policy
 
 # OpenSSL's X509_V_FLAG_NO_CHECK_TIME: leave validity to the per-request front-proxy check, as Go does.
 _NO_CHECK_TIME = 0x200000

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from secure_orca.server.audit import ALLOWED, DEFAULT_MODE, MODES
+from secure_orca.server.audit.log import ALLOWED, DEFAULT_MAXBACKUP, DEFAULT_MAXSIZE_MB, DEFAULT_MODE, MODES
 
 
 @dataclass(frozen=True)
 class AuditConfig:
     path: str = ""  # --audit-log-path ('-': standard out; empty: no audit)
-    maxsize: int = 100  # --audit-log-maxsize, MB
-    maxbackup: int = 100  # --audit-log-maxbackup
+    maxsize: int = DEFAULT_MAXSIZE_MB  # --audit-log-maxsize, MB
+    maxbackup: int = DEFAULT_MAXBACKUP  # --audit-log-maxbackup
     mode: str = DEFAULT_MODE  # --audit-log-mode (kube's: blocking, blocking-strict, batch)
 
 
@@ -24,8 +24,18 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         help="write one audit event (audit.k8s.io/v1 JSON) per request to this file; '-' means standard out; with "
         "--workers above 1, one process writes it for every worker",
     )
-    a("--audit-log-maxsize", type=int, default=100, help="MB before the audit log is rotated; 0: never (default 100)")
-    a("--audit-log-maxbackup", type=int, default=100, help="rotated audit logs to keep; 0 keeps all (default 100)")
+    a(
+        "--audit-log-maxsize",
+        type=int,
+        default=DEFAULT_MAXSIZE_MB,
+        help=f"MB before the audit log is rotated; 0: never (default {DEFAULT_MAXSIZE_MB})",
+    )
+    a(
+        "--audit-log-maxbackup",
+        type=int,
+        default=DEFAULT_MAXBACKUP,
+        help=f"rotated audit logs to keep; 0 keeps all (default {DEFAULT_MAXBACKUP})",
+    )
     a(
         "--audit-log-mode",
         default=DEFAULT_MODE,

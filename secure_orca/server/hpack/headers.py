@@ -1,4 +1,6 @@
-"""The server's HPACK encoder: hpack's, with its dynamic table indexed and the load report's coding cached (pure).
+"""The server's HPACK encoder: hpack's, with its dynamic table indexed and the load report's coding cached.
+
+No I/O, but built on h2's and hpack's internals (listed below), so not pure (docs/architecture.md).
 
 hpack 4.2 finds a field in its dynamic table by scanning it from the newest entry, for every field without a
 full static match. A response's ``audit-id`` is new every time (as kube-apiserver's), so the 4096-byte table
@@ -6,7 +8,7 @@ stays full (about 50 entries) and every response pays for several full scans; th
 place per response until it is evicted and Huffman-coded again. ``IndexedHeaderTable`` keeps, beside hpack's
 own deque, the number of the newest insertion of each field and of each name, so a search is dict lookups and
 returns exactly the index hpack's scan returns: the bytes on the wire are hpack's, byte for byte
-(``tests/server/test_h2_headers.py`` encodes random header sequences with both and compares).
+(``tests/server/hpack/test_headers.py`` encodes random header sequences with both and compares).
 
 ``IndexedEncoder`` appends the carried report (``http.connection.GatewayH2Connection`` takes it out of h2's way once
 ``passes_unchanged`` says h2 would pass it unchanged): one indexed byte while the table holds it, else a literal whose
@@ -24,7 +26,7 @@ connection errors (h2 sends GOAWAY), counted in ``REFUSED_BLOCKS``.
 Relies on hpack 4.x's ``Encoder`` (``header_table``, ``huffman_coder``, ``add``, ``_encode_indexed``,
 ``table_size_changes``, ``encode`` emitting the changes while ``header_table.resized``) and
 ``HeaderTable`` (``dynamic_entries``, ``_current_size``, ``_maxsize``, ``add``, ``_shrink``, ``maxsize``,
-``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/server/test_h2_headers.py``; on
+``STATIC_TABLE_MAPPING``, ``STATIC_TABLE_LENGTH``), checked in ``tests/server/hpack/test_headers.py``; on
 hpack's ``Decoder._update_encoding_context`` (one call per size update) and h2 4.x's ``FrameBuffer``
 (``_update_header_buffer`` sees every frame, ``_headers_buffer`` holds the open block's frames), checked in
 ``tests/hostile/test_header_block_bounds.py``.
@@ -48,8 +50,8 @@ from hpack.table import HeaderTable, table_entry_size
 from hyperframe.frame import ContinuationFrame, Frame, HeadersFrame, PushPromiseFrame
 
 from secure_orca.orca.headers import REPORT
-from secure_orca.server import nghttp2
-from secure_orca.server.huffman import decode_huffman
+from secure_orca.server.hpack import nghttp2
+from secure_orca.server.hpack.huffman import decode_huffman
 
 REPORT_FIELD_NAME = REPORT.encode()
 _STATUS = (b":status", b"200")
@@ -144,9 +146,10 @@ class IndexedHeaderTable(HeaderTable):
 
 
 class IndexedEncoder(Encoder):
-    """hpack's encoder on an ``IndexedHeaderTable``, plus the carried report: a field that ``carry_report`` took
-    out of a header list after checking that h2 would pass it unchanged, appended to that list's block as
-    the last field (indexed when the table has it; else a literal with its Huffman coding cached per value)."""
+    """hpack's encoder on an ``IndexedHeaderTable``, plus the carried report: a field that
+    ``http.connection.GatewayH2Connection.send_headers`` took out of a header list after checking that h2 would
+    pass it unchanged, appended to that list's block as the last field (indexed when the table has it; else a
+    literal with its Huffman coding cached per value)."""
 
     _coded: ClassVar[dict[bytes, bytes]] = {}  # report value -> length and Huffman code (process-wide)
     _coded_name: ClassVar[bytes] = b""
@@ -167,9 +170,9 @@ class IndexedEncoder(Encoder):
     @header_table_size.setter
     def header_table_size(self, value: int) -> None:
         """The peer's SETTINGS_HEADER_TABLE_SIZE: the table uses at most ``MAX_TABLE_SIZE`` of it (RFC 7541 section
-        4.2 lets the encoder choose any size up to the announced maximum), and every size it
-        changes to is signalled at the start of the next block. hpack 4.2's setter sets ``resized`` from the
-        last change alone, so an announcement that changed nothing dropped an update still pending (row 11)."""
+        4.2 lets the encoder choose any size up to the announced maximum), and every size it changes to is
+        signalled at the start of the next block. hpack 4.2's setter sets ``resized`` from the last change alone,
+        so an announcement that changed nothing dropped an update still pending; this setter keeps it."""
         size = min(int(value), MAX_TABLE_SIZE)
         table = self.header_table
         pending = table.resized

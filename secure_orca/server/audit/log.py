@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from secure_orca.credentials.loader import Material
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
-from secure_orca.server.auditevent import (
+from secure_orca.server.audit.event import (
     AUDIT_KEY,
     FRONT_PROXY,
     IN_BAND,
@@ -60,8 +60,8 @@ from secure_orca.server.auditevent import (
     mark_streamed,
     record_of,
 )
-from secure_orca.server.auditfile import RotatingFile, append, open_sink
-from secure_orca.server.redaction import Redactor
+from secure_orca.server.audit.file import RotatingFile, append, open_sink
+from secure_orca.server.audit.redaction import Redactor
 
 __all__ = [  # the audit's names, wherever they are defined
     "AUDIT_KEY",

@@ -1,4 +1,4 @@
-"""The server's header encoding (server/h2_headers.py), without sockets: the indexed encoder writes hpack's bytes,
+"""The server's header encoding (server/hpack/headers.py), without sockets: the indexed encoder writes hpack's bytes,
 the carried report decodes as the block's last field, and only fields h2 would pass unchanged are carried."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from h2.config import H2Configuration
 from hpack.table import HeaderTable
 
-from secure_orca.server.h2_headers import IndexedEncoder, IndexedHeaderTable, passes_unchanged
+from secure_orca.server.hpack.headers import IndexedEncoder, IndexedHeaderTable, passes_unchanged
 
 REPORT = b"endpoint-load-metrics"
 NAMES = [REPORT, b"audit-id", b"date", b"content-type", b"x-a", b"x-b", b":status", b"server", b"cache-control"]

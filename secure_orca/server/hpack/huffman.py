@@ -15,7 +15,7 @@ emissions are looked up pairwise with the input, and ``bytes.join`` assembles th
 The refusals are hpack's (``hpack.exceptions.HPACKDecodingError``, with its messages): the EOS symbol inside the
 string sends the machine to a dead state it never leaves ("Invalid Huffman string"); a string must end on a
 symbol boundary or within 7 bits of padding that are a prefix of EOS, i.e. all ones ("Incomplete Huffman
-string"). ``tests/server/test_huffman.py`` compares the verdict and output with hpack's on every input tried.
+string"). ``tests/server/hpack/test_huffman.py`` compares the verdict and output with hpack's on every input tried.
 """
 
 from __future__ import annotations

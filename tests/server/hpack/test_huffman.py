@@ -1,6 +1,7 @@
-"""server/huffman.py, server/nghttp2.py and h2_headers.TableDecoder against hpack 4.2: the same output, or the same
-error, on every input tried (RFC 7541 section 5.2: EOS inside a string, padding longer than 7 bits or not all
-ones). nghttp2 answers None where hpack refuses, and the table decoder then decodes in Python for hpack's error."""
+"""server/hpack/huffman.py, server/hpack/nghttp2.py and hpack.headers.TableDecoder against hpack 4.2: the same
+output, or the same error, on every input tried (RFC 7541 section 5.2: EOS inside a string, padding longer than 7
+bits or not all ones). nghttp2 answers None where hpack refuses, and the table decoder then decodes in Python for
+hpack's error."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from hpack.huffman_table import decode_huffman as hpack_decode_huffman
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from secure_orca.server import nghttp2
-from secure_orca.server.h2_headers import MAX_SIZE_UPDATES, TableDecoder, TooManySizeUpdates, table_decoder
+from secure_orca.server.hpack import nghttp2
+from secure_orca.server.hpack.headers import MAX_SIZE_UPDATES, TableDecoder, TooManySizeUpdates, table_decoder
+from secure_orca.server.hpack.huffman import EOS, decode_huffman
 from secure_orca.server.http.connection import GatewayH2Connection
-from secure_orca.server.huffman import EOS, decode_huffman
 
 ENCODER = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
 

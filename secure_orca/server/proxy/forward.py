@@ -1,4 +1,4 @@
-r"""Reverse proxy to upstream services (``--proxy PREFIX=URL``), streaming both ways (``server.upstream``: h11).
+r"""Reverse proxy to upstream services (``--proxy PREFIX=URL``), streaming both ways (``proxy.upstream``: h11).
 
 A request reaches only its route's upstream, under its prefix. As kube-aggregator's proxy handler does
 (kubernetes/kubernetes 008b3652959ca58af8be3fb5b6ecfe9ae7638282,
@@ -38,12 +38,12 @@ from secure_orca.orca.dialect import DIALECT_BYTES, DIALECT_SPELLINGS
 from secure_orca.orca.headers import spellings
 from secure_orca.server.asgi import NO_BODY_STATUSES, ASGIApp, Message, Receive, Scope, Send, respond, respond_json
 from secure_orca.server.authentication import AUTHORIZATION_KEY, FRONT_PROXY_KEY, current_user
-from secure_orca.server.backendload import GRANT_KEY, REPORT_KEY, BackendReports, Grant
 from secure_orca.server.http.control import STREAM_CONTROL_KEY
 from secure_orca.server.options.backend import ProxyLimits, RouteSettings
-from secure_orca.server.proxymetrics import RouteMetrics
+from secure_orca.server.proxy.backendload import GRANT_KEY, REPORT_KEY, BackendReports, Grant
+from secure_orca.server.proxy.metrics import RouteMetrics
+from secure_orca.server.proxy.upstream import Response, UpstreamError, UpstreamPool
 from secure_orca.server.trust import chain_key
-from secure_orca.server.upstream import Response, UpstreamError, UpstreamPool
 
 log = logging.getLogger("secure_orca.proxy")
 HOP_BY_HOP = frozenset(

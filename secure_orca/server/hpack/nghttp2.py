@@ -11,7 +11,7 @@ serves every connection.
 ``huffman(coded)`` returns the decoded octets, or None when nghttp2 is not installed or refuses the string;
 the caller then decodes in Python, which gives hpack's own verdict and message. Below ``LONG`` coded bytes the
 call's fixed cost (about 3 us) is more than Python's, so short strings never come here.
-``tests/server/test_huffman.py`` holds nghttp2's verdicts to hpack's on every input it tries. The API used
+``tests/server/hpack/test_huffman.py`` holds nghttp2's verdicts to hpack's on every input it tries. The API used
 (``nghttp2_hd_inflate_new``, ``_hd2``, ``_end_headers``, ``_del``; ``nghttp2_nv``) is that of nghttp2 1.52.0,
 Debian 12's ``libnghttp2-14``; ``_hd2`` is kept by later versions beside ``_hd3``.
 """

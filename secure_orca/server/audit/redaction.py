@@ -2,7 +2,7 @@
 configured secrets and tokens are one precompiled matcher, a client's own credential is what kube's parsing takes
 (``Authorization``: the scheme, then one token; the opt-in's secret), and every string is matched on its
 percent-decoded form and, when it holds a ``%``, on itself, so that no spelling of a credential is written:
-literal, percent-encoded, or both (a credential may hold a ``%`` of its own; server.audit writes the events)."""
+literal, percent-encoded, or both (a credential may hold a ``%`` of its own; audit.log writes the events)."""
 
 from __future__ import annotations
 

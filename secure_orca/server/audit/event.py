@@ -1,6 +1,6 @@
 """One audit event: the record a request leaves (the fields its event needs, copied when the request arrives,
 charged in bytes) and its rendering as kube's ``audit.k8s.io/v1`` ``Event`` JSON line, redacted
-(server.redaction). server.audit queues the records and writes the lines."""
+(audit.redaction). audit.log queues the records and writes the lines."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from secure_orca.authn.user import ANONYMOUS, UserInfo
 from secure_orca.authz.reasons import Reason
 from secure_orca.orca.headers import OPTIN_BYTES, OPTIN_SPELLINGS, REPORT
 from secure_orca.server.asgi import Scope
-from secure_orca.server.redaction import Redactor, presented
+from secure_orca.server.audit.redaction import Redactor, presented
 from secure_orca.x509.chainverifier import common_name
 
 AUDIT_KEY = "secure_orca.audit"  # scope key of the request's AuditRecord
