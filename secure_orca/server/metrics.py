@@ -71,7 +71,7 @@ class _SamplerCollector(Collector):
 
 
 class _HeaderBlockCollector(Collector):
-    """Inbound HTTP/2 header blocks refused before or while decoding (``h2_headers.REFUSED_BLOCKS``), each
+    """Inbound HTTP/2 header blocks refused before or while decoding (``hpack.headers.REFUSED_BLOCKS``), each
     ending its connection; every reason from the start."""
 
     def collect(self) -> Iterator[CounterMetricFamily]:

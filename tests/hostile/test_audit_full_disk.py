@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -76,10 +77,11 @@ def test_one_process_in_blocking_strict_answers_200_only_with_its_event_written(
             disk.fill(leave=4 * 1024)
             answers += [asyncio.run(run_asgi(app, _scope(n, b"q=" + b"a" * 20_000)))[0]["status"] for n in (1, 2)]
             disk.empty()
-            for n in range(3, 50):
+            for n in range(3, 200):  # a bounded wait for the writer thread's retry (at most about 10 s)
                 answers.append(asyncio.run(run_asgi(app, _scope(n)))[0]["status"])
                 if answers[-1] == 200:
                     break
+                time.sleep(0.05)
         finally:
             log.stop()
         written = [json.loads(line)["auditID"] for line in path.read_bytes().splitlines()]
