@@ -21,7 +21,7 @@ Why this shape:
   every worker, ``SEND_BUFFER`` asked, the kernel's ``net.core.wmem_max`` permitting) fills, a worker's writer
   thread blocks in ``send``, its queue fills, and in the blocking modes the request awaits room: the mechanism
   of one process, with the kernel's buffer as its last bounded stage. A restarted writer (after
-  ``RESTART_DELAY``) resumes at the next whole message: the queued messages belong to the socket, which the
+  ``supervisor.RESTART_DELAY``) resumes at the next whole message: the queued messages belong to the socket, which the
   supervisor keeps open. What a writer had received but not yet written when it died (one batch, at most
   ``BATCH_BYTES``) is lost, as the batch a single process holds when it dies.
 - **A worker's death loses no answered event** (``blocking``, ``blocking-strict``). The worker's event loop builds
@@ -68,7 +68,6 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from secure_orca.server.audit import AuditLog
@@ -81,7 +80,6 @@ PACK = 64 * 1024  # lines are packed into messages of about this size
 SEND_BUFFER = 2 * MAX_MESSAGE  # asked for the socket's send buffer (the kernel doubles it, capped by wmem_max)
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between two "refused" log lines
 BATCH_BYTES = 1024 * 1024  # the writer writes at most this much at once
-RESTART_DELAY = 1.0  # seconds before a writer that ended is started again (as the metrics process)
 _HEADER = struct.Struct("<HI")  # worker slot, lines in the message
 _END = 0xFFFF  # the slot of the supervisor's end message
 _ACKED = 0x8000  # slot flag: the header is followed by _TAG and the writer acknowledges the message
@@ -305,14 +303,12 @@ class Relay:
 
 
 class AuditWriter:
-    """The supervisor's side: the channel, the writer process's pid, its restart and its end."""
+    """The supervisor's side: the channel, what the writer process runs, and its end message (the supervisor
+    forks, restarts and stops it as its other children: workers.supervisor)."""
 
     def __init__(self, config: AuditConfig, workers: int) -> None:
         self.config = config
         self.channel = Channel(workers)
-        self.pid = 0
-        self.due: float | None = None  # when a restart is due
-        self.ending = False
 
     def worker(self, audit: AuditLog | None, index: int) -> None:
         """In worker ``index`` after the fork: its AuditLog hands lines to the writer process."""
@@ -322,15 +318,6 @@ class AuditWriter:
             relay = Relay(self.channel, index)
             audit.attach(relay)
             relay.update(audit)  # a writer that is failing already: blocking-strict refuses from the start
-
-    def spawn(self, fork: Callable[[str, Callable[[], int]], int], close: Callable[[], None]) -> None:
-        """Fork the writer process (``close``: what it inherited and does not use)."""
-
-        def write() -> int:
-            close()
-            return self.serve()
-
-        self.pid = fork("the audit writer", write)
 
     def serve(self) -> int:
         """In the writer process: write what the workers send until the supervisor's end message (or until no
@@ -343,48 +330,16 @@ class AuditWriter:
         sink = open_sink(c.path, c.maxsize, c.maxbackup)
         return write_until_end(self.channel.receiver, sink, self.channel.figures, [w for w, _ in self.channel.acks])
 
-    def reaped(self, pid: int, status: str) -> bool:
-        """The supervisor reaped ``pid``: True when it was the writer (its restart is scheduled)."""
-        if not pid or pid != self.pid:
-            return False
-        self.pid = 0
-        if not self.ending:
-            log.warning("the audit writer (pid %d) ended (%s); restarting it", pid, status)
-            self.due = time.monotonic() + RESTART_DELAY
-        return True
-
-    def restart_due(self, now: float) -> bool:
-        if self.due is not None and self.due <= now and not self.ending:
-            self.due = None
-            return True
-        return False
-
-    def end(self, deadline: float, spawn: Callable[[], None]) -> None:
-        """After every worker exited: the end message (a dead writer is started again first, to write what is
-        queued), then the writer's exit is awaited until ``deadline``; killed after it."""
-        if not self.pid:
-            spawn()
-        self.ending = True
+    def ask_to_end(self, deadline: float) -> None:
+        """The supervisor, after every worker exited: the end message (everything sent before it is written, then
+        the writer exits), sent when the socket has room, until ``deadline``."""
         sender = self.channel.sender
         while time.monotonic() < deadline:
             try:
                 sender.send(_HEADER.pack(_END, 0), socket.MSG_DONTWAIT)
-                break
+                return
             except BlockingIOError:
                 select.select([], [sender], [], max(0.0, deadline - time.monotonic()))
-        while self.pid and time.monotonic() < deadline:
-            try:
-                if os.waitpid(self.pid, os.WNOHANG)[0]:
-                    self.pid = 0
-            except ChildProcessError:  # reaped already
-                self.pid = 0
-            time.sleep(0.02)
-        if self.pid:
-            log.warning("the audit writer (pid %d) did not stop in time; killing it", self.pid)
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            self.pid = 0
 
 
 class Acknowledgements:
