@@ -4,7 +4,10 @@ new kind of child is one more row (and its spawn function), not a branch in reap
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import socket
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -18,7 +21,7 @@ from secure_orca.server.config import build_config
 from secure_orca.workers.auditwriter import AuditWriter
 from secure_orca.workers.board import Board
 from secure_orca.workers.sampling import WorkerSampler
-from secure_orca.workers.supervisor import Supervisor
+from secure_orca.workers.supervisor import Child, Supervisor
 
 WORKERS = 3
 
@@ -57,3 +60,50 @@ def test_without_metrics_or_audit_log_the_table_holds_the_reader_and_the_workers
     with socket.socket() as sock:
         supervisor = Supervisor(server, sock, WORKERS, lambda: 0)
         assert [name for name, *_ in table(supervisor)] == ["the credential reader", "worker 0", "worker 1", "worker 2"]
+
+
+def test_a_new_row_is_reaped_restarted_and_stopped_in_its_order(tmp_path: Path) -> None:
+    """Real forked children, only the table's rows: one killed is restarted after its delay; on stop, group 0
+    ends by SIGTERM before group 1 is asked, and a dead child that drains is started again for its stop."""
+    server = assembled(devpki.generate(tmp_path / "pki"))
+    stopped = tmp_path / "stopped"
+
+    def pause() -> int:
+        signal.pause()  # SIGTERM (default handling in a child) ends it
+        return 0
+
+    def drain() -> int:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while not stopped.exists():
+            time.sleep(0.01)
+        (tmp_path / "drained").touch()
+        return 0
+
+    def ask(pid: int, deadline: float) -> None:
+        assert not any(c.pid for c in supervisor.children if c.stop_order == 0)  # group 0 exited first
+        stopped.touch()
+
+    with socket.socket() as sock:
+        supervisor = Supervisor(server, sock, WORKERS, lambda: 0)
+        sixth = Child("a sixth child", pause, restart_delay=0.0)
+        last = Child("a draining child", drain, stop_order=1, stop=ask, drains=True)
+        supervisor.children = [sixth, last]
+        for child in supervisor.children:
+            supervisor._start(child)
+        first = sixth.pid
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while sixth.due is None and time.monotonic() < deadline:
+            supervisor._reap()
+            time.sleep(0.01)
+        assert sixth.pid == 0 and sixth.due is not None
+        supervisor._restart_due()
+        assert sixth.pid not in (0, first) and sixth.due is None
+        os.kill(last.pid, signal.SIGKILL)  # dead when its stop begins: started again to drain
+        while last.pid and time.monotonic() < deadline:
+            supervisor._reap()
+            time.sleep(0.01)
+        assert last.pid == 0 and last.due is not None
+        supervisor.stopping = True
+        assert supervisor._stop_all() == 0
+        assert (tmp_path / "drained").exists() and all(c.pid == 0 and c.due is None for c in supervisor.children)
