@@ -73,6 +73,7 @@ from typing import Any
 from secure_orca.server.audit import AuditLog
 from secure_orca.server.auditfile import append, errno_text, open_sink
 from secure_orca.server.options.audit import AuditConfig
+from secure_orca.workers.board import Seqlocked
 
 log = logging.getLogger("secure_orca.audit")
 MAX_MESSAGE = 1024 * 1024  # bytes of lines in one message at most (the kernel may allow less: ``max_message``)
@@ -86,51 +87,36 @@ _ACKED = 0x8000  # slot flag: the header is followed by _TAG and the writer ackn
 _TAG = struct.Struct("<IQ")  # the worker's pid, the message's sequence number
 _ACK = struct.Struct("<IQQQ")  # pid, first and last sequence number handled by this writer, last one lost
 ACK_TIMEOUT = 5.0  # seconds a blocking-strict response waits for its acknowledgement (a writer restart is 1 s)
-_SEQUENCE = struct.Struct("<Q")
-_STATE = struct.Struct("<QQ")  # sequence, the last write failed
-_COUNTS = struct.Struct("<QQ")  # per slot: events written, events lost (write errors, refusals)
-_RETRIES = 1000
 
 
 class Figures:
-    """The writer process's state, shared with the workers: one writer (the writer process), seqlocked."""
+    """The writer process's state, shared with the workers: one writer (the writer process), seqlocked
+    (``board.Seqlocked``): whether the last write failed, then per worker slot the events written and lost."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
-        self.memory = mmap.mmap(-1, _STATE.size + workers * _COUNTS.size)  # shared with the children forked after
-        self._sequence = 0
+        layout = struct.Struct(f"<Q{2 * workers}Q")
+        self.memory = mmap.mmap(-1, Seqlocked.size(layout))  # shared with the children forked after
+        self.values = Seqlocked(self.memory, 0, layout)
 
     def publish(self, broken: bool, written: list[int], lost: list[int]) -> None:
         """The writer process only."""
-        sequence = self._sequence = max(self._sequence, self.read_sequence()) + 1
-        _SEQUENCE.pack_into(self.memory, 0, sequence)  # odd: readers wait
-        for index in range(self.workers):
-            _COUNTS.pack_into(self.memory, _STATE.size + index * _COUNTS.size, written[index], lost[index])
-        self._sequence = sequence + 1
-        _STATE.pack_into(self.memory, 0, sequence + 1, int(broken))
-
-    def read_sequence(self) -> int:
-        sequence = int(_SEQUENCE.unpack_from(self.memory, 0)[0])
-        return sequence + 1 if sequence & 1 else sequence  # a writer that died mid-write: the next one goes on
+        self.values.write(int(broken), *(n for counts in zip(written, lost, strict=True) for n in counts))
 
     def read(self) -> tuple[bool, list[int], list[int]] | None:
         """Whether the last write failed, and per slot the events written and lost (zeros before any write); None
         when a torn read kept failing (a writer died in the middle of publishing)."""
-        for _ in range(_RETRIES):
-            sequence = _SEQUENCE.unpack_from(self.memory, 0)[0]
-            if sequence & 1:
-                continue
-            figures = self.latest()
-            if _SEQUENCE.unpack_from(self.memory, 0)[0] == sequence:
-                return figures
-        return None
+        values = self.values.read()
+        return None if values is None else _figures(values)
 
     def latest(self) -> tuple[bool, list[int], list[int]]:
         """The values as they are, published or not: for a new writer or worker, when no writer is publishing or
         each value is one aligned 8-byte store, old or new."""
-        broken = bool(_STATE.unpack_from(self.memory, 0)[1])
-        counts = [_COUNTS.unpack_from(self.memory, _STATE.size + i * _COUNTS.size) for i in range(self.workers)]
-        return broken, [c[0] for c in counts], [c[1] for c in counts]
+        return _figures(self.values.latest())
+
+
+def _figures(values: tuple[int, ...]) -> tuple[bool, list[int], list[int]]:
+    return bool(values[0]), list(values[1::2]), list(values[2::2])
 
 
 class Channel:
