@@ -21,7 +21,7 @@ Why this shape:
   every worker, ``SEND_BUFFER`` asked, the kernel's ``net.core.wmem_max`` permitting) fills, a worker's writer
   thread blocks in ``send``, its queue fills, and in the blocking modes the request awaits room: the mechanism
   of one process, with the kernel's buffer as its last bounded stage. A restarted writer (after
-  ``RESTART_DELAY``) resumes at the next whole message: the queued messages belong to the socket, which the
+  ``supervisor.RESTART_DELAY``) resumes at the next whole message: the queued messages belong to the socket, which the
   supervisor keeps open. What a writer had received but not yet written when it died (one batch, at most
   ``BATCH_BYTES``) is lost, as the batch a single process holds when it dies.
 - **A worker's death loses no answered event** (``blocking``, ``blocking-strict``). The worker's event loop builds
@@ -68,12 +68,12 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from secure_orca.server.audit.file import append, errno_text, open_sink
 from secure_orca.server.audit.log import AuditLog
 from secure_orca.server.options.audit import AuditConfig
+from secure_orca.workers.board import Seqlocked
 
 log = logging.getLogger("secure_orca.audit")
 MAX_MESSAGE = 1024 * 1024  # bytes of lines in one message at most (the kernel may allow less: ``max_message``)
@@ -81,58 +81,42 @@ PACK = 64 * 1024  # lines are packed into messages of about this size
 SEND_BUFFER = 2 * MAX_MESSAGE  # asked for the socket's send buffer (the kernel doubles it, capped by wmem_max)
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between two "refused" log lines
 BATCH_BYTES = 1024 * 1024  # the writer writes at most this much at once
-RESTART_DELAY = 1.0  # seconds before a writer that ended is started again (as the metrics process)
 _HEADER = struct.Struct("<HI")  # worker slot, lines in the message
 _END = 0xFFFF  # the slot of the supervisor's end message
 _ACKED = 0x8000  # slot flag: the header is followed by _TAG and the writer acknowledges the message
 _TAG = struct.Struct("<IQ")  # the worker's pid, the message's sequence number
 _ACK = struct.Struct("<IQQQ")  # pid, first and last sequence number handled by this writer, last one lost
 ACK_TIMEOUT = 5.0  # seconds a blocking-strict response waits for its acknowledgement (a writer restart is 1 s)
-_SEQUENCE = struct.Struct("<Q")
-_STATE = struct.Struct("<QQ")  # sequence, the last write failed
-_COUNTS = struct.Struct("<QQ")  # per slot: events written, events lost (write errors, refusals)
-_RETRIES = 1000
 
 
 class Figures:
-    """The writer process's state, shared with the workers: one writer (the writer process), seqlocked."""
+    """The writer process's state, shared with the workers: one writer (the writer process), seqlocked
+    (``board.Seqlocked``): whether the last write failed, then per worker slot the events written and lost."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
-        self.memory = mmap.mmap(-1, _STATE.size + workers * _COUNTS.size)  # shared with the children forked after
-        self._sequence = 0
+        layout = struct.Struct(f"<Q{2 * workers}Q")
+        self.memory = mmap.mmap(-1, Seqlocked.size(layout))  # shared with the children forked after
+        self.values = Seqlocked(self.memory, 0, layout)
 
     def publish(self, broken: bool, written: list[int], lost: list[int]) -> None:
         """The writer process only."""
-        sequence = self._sequence = max(self._sequence, self.read_sequence()) + 1
-        _SEQUENCE.pack_into(self.memory, 0, sequence)  # odd: readers wait
-        for index in range(self.workers):
-            _COUNTS.pack_into(self.memory, _STATE.size + index * _COUNTS.size, written[index], lost[index])
-        self._sequence = sequence + 1
-        _STATE.pack_into(self.memory, 0, sequence + 1, int(broken))
-
-    def read_sequence(self) -> int:
-        sequence = int(_SEQUENCE.unpack_from(self.memory, 0)[0])
-        return sequence + 1 if sequence & 1 else sequence  # a writer that died mid-write: the next one goes on
+        self.values.write(int(broken), *(n for counts in zip(written, lost, strict=True) for n in counts))
 
     def read(self) -> tuple[bool, list[int], list[int]] | None:
         """Whether the last write failed, and per slot the events written and lost (zeros before any write); None
         when a torn read kept failing (a writer died in the middle of publishing)."""
-        for _ in range(_RETRIES):
-            sequence = _SEQUENCE.unpack_from(self.memory, 0)[0]
-            if sequence & 1:
-                continue
-            figures = self.latest()
-            if _SEQUENCE.unpack_from(self.memory, 0)[0] == sequence:
-                return figures
-        return None
+        values = self.values.read()
+        return None if values is None else _figures(values)
 
     def latest(self) -> tuple[bool, list[int], list[int]]:
         """The values as they are, published or not: for a new writer or worker, when no writer is publishing or
         each value is one aligned 8-byte store, old or new."""
-        broken = bool(_STATE.unpack_from(self.memory, 0)[1])
-        counts = [_COUNTS.unpack_from(self.memory, _STATE.size + i * _COUNTS.size) for i in range(self.workers)]
-        return broken, [c[0] for c in counts], [c[1] for c in counts]
+        return _figures(self.values.latest())
+
+
+def _figures(values: tuple[int, ...]) -> tuple[bool, list[int], list[int]]:
+    return bool(values[0]), list(values[1::2]), list(values[2::2])
 
 
 class Channel:
@@ -305,14 +289,12 @@ class Relay:
 
 
 class AuditWriter:
-    """The supervisor's side: the channel, the writer process's pid, its restart and its end."""
+    """The supervisor's side: the channel, what the writer process runs, and its end message (the supervisor
+    forks, restarts and stops it as its other children: workers.supervisor)."""
 
     def __init__(self, config: AuditConfig, workers: int) -> None:
         self.config = config
         self.channel = Channel(workers)
-        self.pid = 0
-        self.due: float | None = None  # when a restart is due
-        self.ending = False
 
     def worker(self, audit: AuditLog | None, index: int) -> None:
         """In worker ``index`` after the fork: its AuditLog hands lines to the writer process."""
@@ -322,15 +304,6 @@ class AuditWriter:
             relay = Relay(self.channel, index)
             audit.attach(relay)
             relay.update(audit)  # a writer that is failing already: blocking-strict refuses from the start
-
-    def spawn(self, fork: Callable[[str, Callable[[], int]], int], close: Callable[[], None]) -> None:
-        """Fork the writer process (``close``: what it inherited and does not use)."""
-
-        def write() -> int:
-            close()
-            return self.serve()
-
-        self.pid = fork("the audit writer", write)
 
     def serve(self) -> int:
         """In the writer process: write what the workers send until the supervisor's end message (or until no
@@ -343,48 +316,16 @@ class AuditWriter:
         sink = open_sink(c.path, c.maxsize, c.maxbackup)
         return write_until_end(self.channel.receiver, sink, self.channel.figures, [w for w, _ in self.channel.acks])
 
-    def reaped(self, pid: int, status: str) -> bool:
-        """The supervisor reaped ``pid``: True when it was the writer (its restart is scheduled)."""
-        if not pid or pid != self.pid:
-            return False
-        self.pid = 0
-        if not self.ending:
-            log.warning("the audit writer (pid %d) ended (%s); restarting it", pid, status)
-            self.due = time.monotonic() + RESTART_DELAY
-        return True
-
-    def restart_due(self, now: float) -> bool:
-        if self.due is not None and self.due <= now and not self.ending:
-            self.due = None
-            return True
-        return False
-
-    def end(self, deadline: float, spawn: Callable[[], None]) -> None:
-        """After every worker exited: the end message (a dead writer is started again first, to write what is
-        queued), then the writer's exit is awaited until ``deadline``; killed after it."""
-        if not self.pid:
-            spawn()
-        self.ending = True
+    def ask_to_end(self, deadline: float) -> None:
+        """The supervisor, after every worker exited: the end message (everything sent before it is written, then
+        the writer exits), sent when the socket has room, until ``deadline``."""
         sender = self.channel.sender
         while time.monotonic() < deadline:
             try:
                 sender.send(_HEADER.pack(_END, 0), socket.MSG_DONTWAIT)
-                break
+                return
             except BlockingIOError:
                 select.select([], [sender], [], max(0.0, deadline - time.monotonic()))
-        while self.pid and time.monotonic() < deadline:
-            try:
-                if os.waitpid(self.pid, os.WNOHANG)[0]:
-                    self.pid = 0
-            except ChildProcessError:  # reaped already
-                self.pid = 0
-            time.sleep(0.02)
-        if self.pid:
-            log.warning("the audit writer (pid %d) did not stop in time; killing it", self.pid)
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            self.pid = 0
 
 
 class Acknowledgements:

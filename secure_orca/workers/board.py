@@ -14,15 +14,16 @@ import mmap
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 REPORT_MAX = 1024  # bytes of the serialized header value; a report is about 120
 EXPOSITION_MAX = 256 * 1024  # bytes of one worker's /metrics exposition (label sets are closed: a few KiB)
 _HEAD = struct.Struct("<QII")  # sequence, length, crc32 of the value
 _SEQUENCE = struct.Struct("<Q")
-_SLOT = struct.Struct("<QQQQq")  # sequence, pid, requests, errors, in flight
+_SLOT = struct.Struct("<QQQq")  # pid, requests, errors, in flight (after the slot's sequence)
 _HELD = struct.Struct("<QQ")  # pid, connections held: after the slot, in its line, outside its seqlock
 _HELD_AT = 48
-_SUPERVISOR = struct.Struct("<QQQQQd")  # sequence, restarts, sampler ticks, errors, encodes, CPU seconds
+_SUPERVISOR = struct.Struct("<QQQQd")  # restarts, sampler ticks, errors, encodes, CPU seconds (after a sequence)
 _LINE = 64  # one cache line per worker slot: workers never write the same line
 _RETRIES = 1000  # a writer holds a region for microseconds; a reader gives up after this many
 
@@ -80,6 +81,48 @@ class Region:
         self.memory[self.offset : self.offset + _HEAD.size] = bytes(_HEAD.size)
 
 
+class Seqlocked:
+    """A fixed set of values with one writer and many readers: a sequence number (odd while written), then the
+    values packed by ``layout``. The board's slots, the supervisor's figures and the audit writer's figures."""
+
+    def __init__(self, memory: mmap.mmap, offset: int, layout: struct.Struct) -> None:
+        self.memory, self.offset, self.layout = memory, offset, layout
+
+    @staticmethod
+    def size(layout: struct.Struct) -> int:
+        return _SEQUENCE.size + layout.size
+
+    def sequence(self) -> int:
+        return int(_SEQUENCE.unpack_from(self.memory, self.offset)[0])
+
+    def write(self, *values: object) -> None:
+        """The one writer; it goes on from the sequence in memory (a successor of a writer that died mid-write
+        too)."""
+        sequence = (self.sequence() + 1) & ~1
+        _SEQUENCE.pack_into(self.memory, self.offset, sequence + 1)  # odd: readers wait
+        self.layout.pack_into(self.memory, self.offset + _SEQUENCE.size, *values)
+        _SEQUENCE.pack_into(self.memory, self.offset, sequence + 2)
+
+    def read(self) -> tuple[Any, ...] | None:
+        """The values of one complete write (zeros before the first); None when a torn read kept failing (the
+        writer died in the middle of a write)."""
+        for _ in range(_RETRIES):
+            sequence = self.sequence()
+            if sequence & 1:
+                continue
+            values = self.latest()
+            if self.sequence() == sequence:
+                return values
+        return None
+
+    def latest(self) -> tuple[Any, ...]:
+        """The values as they are, written completely or not (for a writer that starts from its predecessor's)."""
+        return self.layout.unpack_from(self.memory, self.offset + _SEQUENCE.size)
+
+    def clear(self) -> None:
+        self.memory[self.offset : self.offset + self.size(self.layout)] = bytes(self.size(self.layout))
+
+
 @dataclass(frozen=True)
 class Slot:
     """One worker's cumulative counters, as it last published them (pid 0: the slot is empty)."""
@@ -127,28 +170,19 @@ class Board:
             Region(self.memory, expositions_at + i * exposition, EXPOSITION_MAX) for i in range(workers)
         ]
         self.retired = Region(self.memory, expositions_at + workers * exposition, EXPOSITION_MAX)
-        self._slot_sequences = [0] * workers
-        self._supervisor_sequence = 0
+        self.slots = [Seqlocked(self.memory, self._slots_at + i * _LINE, _SLOT) for i in range(workers)]
+        self.supervisor = Seqlocked(self.memory, self._supervisor_at, _SUPERVISOR)
 
     # ---- the slots: slot i written by worker i, read by the supervisor ------------------------------------
 
     def write(self, index: int, slot: Slot) -> None:
         """Worker ``index`` publishes its counters (only that worker ever calls this for ``index``)."""
-        at = self._slots_at + index * _LINE
-        sequence = self._slot_sequences[index]
-        _SEQUENCE.pack_into(self.memory, at, sequence + 1)
-        _SLOT.pack_into(self.memory, at, sequence + 1, slot.pid, slot.requests, slot.errors, slot.in_flight)
-        self._slot_sequences[index] = sequence + 2
-        _SEQUENCE.pack_into(self.memory, at, sequence + 2)
+        self.slots[index].write(slot.pid, slot.requests, slot.errors, slot.in_flight)
 
     def read(self, index: int) -> Slot | None:
         """Worker ``index``'s counters; None when a torn read kept failing (its writer died mid-write)."""
-        at = self._slots_at + index * _LINE
-        for _ in range(_RETRIES):
-            sequence, pid, requests, errors, in_flight = _SLOT.unpack_from(self.memory, at)
-            if not sequence & 1 and _SEQUENCE.unpack_from(self.memory, at)[0] == sequence:
-                return Slot(pid, requests, errors, in_flight)
-        return None
+        values = self.slots[index].read()
+        return None if values is None else Slot(*values)
 
     # ---- connections held: written by worker i, read by its siblings (``server.http.accept``) -------------
 
@@ -164,27 +198,18 @@ class Board:
 
     def clear(self, index: int) -> None:
         """Empty a dead worker's slot and exposition (the supervisor, after reaping it)."""
-        self._slot_sequences[index] = 0
         self.memory[self._slots_at + index * _LINE : self._slots_at + (index + 1) * _LINE] = bytes(_LINE)
         self.expositions[index].clear()
 
     # ---- the supervisor's own figures ---------------------------------------------------------------------
 
     def write_supervisor(self, figures: SupervisorFigures) -> None:
-        at, sequence = self._supervisor_at, self._supervisor_sequence
         f = figures
-        _SEQUENCE.pack_into(self.memory, at, sequence + 1)
-        _SUPERVISOR.pack_into(self.memory, at, sequence + 1, f.restarts, f.ticks, f.errors, f.encodes, f.cpu_seconds)
-        self._supervisor_sequence = sequence + 2
-        _SEQUENCE.pack_into(self.memory, at, sequence + 2)
+        self.supervisor.write(f.restarts, f.ticks, f.errors, f.encodes, f.cpu_seconds)
 
     def read_supervisor(self) -> SupervisorFigures:
-        at = self._supervisor_at
-        for _ in range(_RETRIES):
-            sequence, *figures = _SUPERVISOR.unpack_from(self.memory, at)
-            if not sequence & 1 and _SEQUENCE.unpack_from(self.memory, at)[0] == sequence:
-                return SupervisorFigures(*figures)
-        return SupervisorFigures()
+        values = self.supervisor.read()
+        return SupervisorFigures() if values is None else SupervisorFigures(*values)
 
     def close(self) -> None:
         self.memory.close()

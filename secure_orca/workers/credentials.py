@@ -28,7 +28,7 @@ import mmap
 import os
 import signal
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -220,22 +220,17 @@ def read_forever(server: Server, shared: SharedCredentials) -> int:
 
 
 class CredentialReader:
-    """The supervisor's side: the shared mapping, the first generation, and the reader process's life."""
+    """The supervisor's side: the shared mapping, the first generation, and what the reader process runs."""
 
     def __init__(self, server: Server) -> None:
         reloader = server.reloader
         self.server = server
         self.shared = SharedCredentials(capacity([w.source for w in reloader.watched]))
         self.shared.material.publish(encode(1, in_force(reloader.watched)))  # what every process starts from
-        self.pid = 0
-        self.due: float | None = None
 
-    def spawn(self, fork: Callable[[str, Callable[[], int]], int], close: Callable[[], None]) -> None:
-        def run() -> int:
-            close()
-            return read_forever(self.server, self.shared)
-
-        self.pid = fork("the credential reader", run)
+    def serve(self) -> int:
+        """In the reader process: read the credential files and publish what the reloader accepts."""
+        return read_forever(self.server, self.shared)
 
     def follow(self) -> None:
         """In a worker, after the fork: read the shared material, never the files."""

@@ -29,7 +29,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from http.server import ThreadingHTTPServer
 from types import FrameType
 
@@ -48,11 +48,41 @@ from secure_orca.workers.sampling import ServerSampler, WorkerSampler
 log = logging.getLogger("secure_orca.workers")
 KILL_MARGIN = 5.0  # seconds after the graceful period before a worker that has not stopped is killed
 _QUICK_DEATH = 1.0  # a worker that dies sooner than this after its start is restarted with a back-off
+RESTART_DELAY = 1.0  # seconds before a child other than a worker is started again
 
 
 def default_workers(sources: Sources | None = None) -> int:
     """One worker per CPU the cgroup quota grants, rounded up, as Go's GOMAXPROCS does since Go 1.25."""
     return max(1, min(MAX_WORKERS, math.ceil((sources or Sources()).cpu_capacity())))
+
+
+@dataclass
+class Child:
+    """One supervised process: its name, what it runs, its pid, when its restart is due and its stop order.
+
+    Children stop in rising ``stop_order``, each group after the group before it exited. ``stop`` asks a child to
+    stop (SIGTERM, or the audit writer's end message; given its pid and the group's deadline). A child that
+    ``drains`` has work left after the others stopped: dead when its group stops, it is started again first.
+    ``slot``: the worker's board slot (retired when it dies, its restarts counted, quick deaths backed off)."""
+
+    name: str
+    run: Callable[[], int]
+    stop_order: int = 0
+    stop: Callable[[int, float], None] = field(default=lambda pid, _: _signal(pid, signal.SIGTERM))
+    drains: bool = False
+    slot: int | None = None
+    restart_delay: float = RESTART_DELAY
+    pid: int = 0
+    due: float | None = None  # when its restart is due
+    started: float = 0.0
+    quick_deaths: int = 0
+
+    def delay(self, now: float) -> float:
+        """Seconds before this child, which just died, starts again: a worker that keeps dying quickly backs off."""
+        if self.slot is None:
+            return self.restart_delay
+        self.quick_deaths = self.quick_deaths + 1 if now - self.started < _QUICK_DEATH else 0
+        return min(30.0, 2.0 ** (self.quick_deaths - 1)) if self.quick_deaths else self.restart_delay
 
 
 class Supervisor:
@@ -76,21 +106,34 @@ class Supervisor:
         self.sock = sock
         self.work = work
         self.board = server.sampler.board
-        self.pids: dict[int, int] = {}  # slot -> live worker
-        self.started: dict[int, float] = {}
-        self.pending: dict[int, float] = {}  # slot -> when its restart is due
-        self.quick_deaths: dict[int, int] = {}
         self.restarts = 0
         self.stopping = False
+        self.stop_stage = 0  # the stop order whose stop has begun (once stopping)
         self.workers = workers
         load = server.config.load_metrics
-        self.sampler = ServerSampler(self.board, lambda: self.pids, load.interval, load.decimals)
+        self.sampler = ServerSampler(self.board, self._worker_pids, load.interval, load.decimals)
         self._wake: tuple[int, int] | None = None
         self.metrics = metrics  # bound by the caller; served by a process of its own (workers.metrics)
-        self.metrics_pid = 0
-        self.metrics_due: float | None = None
         self.credentials = credentials or CredentialReader(server)  # the one reader of credential files
         self.audit_writer = audit_writer  # --audit-log-path: the one process that writes it (workers.auditwriter)
+        self.children = self._table()
+
+    def _table(self) -> list[Child]:
+        """Every supervised child, in start order: the one table that reaping, restarting and stopping walk."""
+        table = []
+        if self.metrics is not None:
+            table.append(Child("the metrics process", self._serve_metrics))
+        table.append(Child("the credential reader", self._read_credentials))
+        if self.audit_writer is not None:  # stopped last: it writes what the workers sent before they exited
+            end = self.audit_writer.ask_to_end
+            table.append(Child("the audit writer", self._write_audit, 1, lambda _, deadline: end(deadline), True))
+        for index in range(self.workers):
+            table.append(Child(f"worker {index}", self._worker(index), slot=index, restart_delay=0.0))
+        return table
+
+    def _worker_pids(self) -> dict[int, int]:
+        """slot -> live worker."""
+        return {c.slot: c.pid for c in self.children if c.slot is not None and c.pid}
 
     # ---- the supervisor's loop ----------------------------------------------------------------------------
 
@@ -105,13 +148,8 @@ class Supervisor:
         try:
             if self.server.config.load_metrics.enabled:
                 self.sampler.prime()
-            if self.metrics is not None:
-                self._spawn_metrics()
-            self._spawn_reader()
-            if self.audit_writer is not None:
-                self._spawn_audit_writer()
-            for index in range(self.workers):
-                self._spawn(index)
+            for child in self.children:
+                self._start(child)
             host, port = self.sock.getsockname()[:2]
             log.info("Running on https://%s (CTRL + C to quit) with %d workers", bind_address(host, port), self.workers)
             while not self.stopping:
@@ -142,7 +180,7 @@ class Supervisor:
         except BlockingIOError:
             pass
 
-    # ---- workers ------------------------------------------------------------------------------------------
+    # ---- the children -------------------------------------------------------------------------------------
 
     def _fork(self, name: str, run: Callable[[], int]) -> int:
         """Fork a child that runs ``run`` with default signal handling and none of the supervisor's pipes."""
@@ -166,7 +204,10 @@ class Supervisor:
                 os._exit(status)
         return pid
 
-    def _spawn(self, index: int) -> None:
+    def _start(self, child: Child) -> None:
+        child.pid, child.due, child.started = self._fork(child.name, child.run), None, time.monotonic()
+
+    def _worker(self, index: int) -> Callable[[], int]:
         def work() -> int:
             offer_to_oom_killer()  # under a memory limit the kernel takes a worker, never the supervisor
             if self.metrics is not None:
@@ -180,19 +221,13 @@ class Supervisor:
                 self.audit_writer.worker(self.server.audit, index)
             return self.work()
 
-        self.pids[index] = self._fork(f"worker {index}", work)
-        self.started[index] = time.monotonic()
+        return work
 
-    def _spawn_metrics(self) -> None:
-        metrics = self.metrics
-        assert metrics is not None
-
-        def serve() -> int:
-            self.sock.close()
-            metrics.serve_forever()
-            return 0
-
-        self.metrics_pid = self._fork("the metrics process", serve)
+    def _serve_metrics(self) -> int:
+        assert self.metrics is not None
+        self.sock.close()
+        self.metrics.serve_forever()
+        return 0
 
     def _close_listeners(self) -> None:
         """In a child that serves no one: the inherited listening sockets closed."""
@@ -200,19 +235,24 @@ class Supervisor:
         if self.metrics is not None:
             self.metrics.socket.close()
 
-    def _spawn_reader(self) -> None:
-        self.credentials.spawn(self._fork, self._close_listeners)
+    def _read_credentials(self) -> int:
+        self._close_listeners()
+        return self.credentials.serve()
 
-    def _spawn_audit_writer(self) -> None:
+    def _write_audit(self) -> int:
         assert self.audit_writer is not None
-        self.audit_writer.spawn(self._fork, self._close_listeners)
+        self._close_listeners()
+        return self.audit_writer.serve()
 
     def _publish_figures(self) -> None:
         s = self.sampler
         self.board.write_supervisor(SupervisorFigures(self.restarts, s.ticks, s.errors, s.encodes, s.cpu_seconds))
 
+    def _stopped(self, child: Child) -> bool:
+        return self.stopping and child.stop_order <= self.stop_stage
+
     def _reap(self) -> None:
-        """Collect every child that exited; retire a worker's slot, and schedule a restart unless stopping."""
+        """Collect every child that exited; retire a worker's slot, and schedule a restart unless it is stopping."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -220,78 +260,55 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            if pid == self.metrics_pid:
-                self.metrics_pid = 0
-                if not self.stopping:
-                    log.warning("the metrics process (pid %d) ended (%s); restarting it", pid, _describe(status))
-                    self.metrics_due = time.monotonic() + 1.0
-                continue
-            if pid == self.credentials.pid:
-                self.credentials.pid = 0
-                if not self.stopping:
-                    log.warning("the credential reader (pid %d) ended (%s); restarting it", pid, _describe(status))
-                    self.credentials.due = time.monotonic() + 1.0
-                continue
-            if self.audit_writer is not None and self.audit_writer.reaped(pid, _describe(status)):
-                continue
-            index = next((i for i, p in self.pids.items() if p == pid), None)
-            if index is None:
-                continue
-            del self.pids[index]
-            metrics.retire(self.board, index)  # its counters stay in the server's /metrics
-            self.sampler.retire(index, pid)
-            if self.stopping:
-                continue
+            self._ended(pid, status)
+
+    def _ended(self, pid: int, status: int) -> None:
+        child = next((c for c in self.children if c.pid == pid), None)
+        if child is None:
+            return
+        child.pid = 0
+        if child.slot is not None:
+            metrics.retire(self.board, child.slot)  # its counters stay in the server's /metrics
+            self.sampler.retire(child.slot, pid)
+        if self._stopped(child):
+            return
+        now = time.monotonic()
+        delay = child.delay(now)
+        if child.slot is not None:
             self.restarts += 1
-            lived = time.monotonic() - self.started.pop(index, 0.0)
-            deaths = self.quick_deaths.get(index, 0) + 1 if lived < _QUICK_DEATH else 0
-            self.quick_deaths[index] = deaths
-            delay = min(30.0, 2.0 ** (deaths - 1)) if deaths else 0.0
-            log.warning(
-                "worker %d (pid %d) ended (%s); restarting it%s",
-                index,
-                pid,
-                _describe(status),
-                f" in {delay:g}s" if delay else "",
-            )
-            self.pending[index] = time.monotonic() + delay
+        later = f" in {delay:g}s" if delay > child.restart_delay else ""
+        log.warning("%s (pid %d) ended (%s); restarting it%s", child.name, pid, _describe(status), later)
+        child.due = now + delay
 
     def _restart_due(self) -> None:
         now = time.monotonic()
-        if self.metrics_due is not None and self.metrics_due <= now and not self.stopping:
-            self.metrics_due = None
-            self._spawn_metrics()
-        if self.credentials.due is not None and self.credentials.due <= now and not self.stopping:
-            self.credentials.due = None
-            self._spawn_reader()
-        if self.audit_writer is not None and not self.stopping and self.audit_writer.restart_due(now):
-            self._spawn_audit_writer()
-        for index, due in list(self.pending.items()):
-            if due <= now and not self.stopping:
-                del self.pending[index]
-                self._spawn(index)
+        for child in self.children:
+            if child.due is not None and child.due <= now and not self.stopping:
+                self._start(child)
 
     def _stop_all(self) -> int:
-        """SIGTERM to every worker; wait for them to drain, then kill what is left."""
-        for pid in (*self.pids.values(), self.metrics_pid, self.credentials.pid):
-            if pid:
-                _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.server.options.graceful_timeout + KILL_MARGIN
-        while (self.pids or self.metrics_pid or self.credentials.pid) and time.monotonic() < deadline:
-            self._reap()
-            time.sleep(0.02)
-        for pid in (*self.pids.values(), self.metrics_pid, self.credentials.pid):
-            if pid:
-                log.warning("pid %d did not stop in time; killing it", pid)
-                _signal(pid, signal.SIGKILL)
-        while self.pids or self.metrics_pid or self.credentials.pid:
-            pid, _ = os.waitpid(-1, 0)
-            self.pids = {i: p for i, p in self.pids.items() if p != pid}
-            self.metrics_pid = 0 if pid == self.metrics_pid else self.metrics_pid
-            self.credentials.pid = 0 if pid == self.credentials.pid else self.credentials.pid
-        if self.audit_writer is not None:  # last: it writes what the workers sent before they exited
+        """Stop the children group by group in their stop order: ask each to stop, wait for the group until the
+        graceful period and a margin have passed, then kill what is left."""
+        for order in sorted({c.stop_order for c in self.children}):
+            self.stop_stage = order
+            group = [c for c in self.children if c.stop_order == order]
             deadline = time.monotonic() + self.server.options.graceful_timeout + KILL_MARGIN
-            self.audit_writer.end(deadline, self._spawn_audit_writer)
+            for child in group:
+                child.due = None
+                if child.drains and not child.pid:
+                    self._start(child)
+                if child.pid:
+                    child.stop(child.pid, deadline)
+            while any(c.pid for c in group) and time.monotonic() < deadline:
+                self._reap()
+                time.sleep(0.02)
+            for child in group:
+                if child.pid:
+                    log.warning("%s (pid %d) did not stop in time; killing it", child.name, child.pid)
+                    _signal(child.pid, signal.SIGKILL)
+            while any(c.pid for c in group):
+                pid, status = os.waitpid(-1, 0)
+                self._ended(pid, status)
         return 0
 
 

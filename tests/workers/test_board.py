@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from secure_orca.workers.board import REPORT_MAX, Board, Slot
+from secure_orca.workers.board import REPORT_MAX, Board, Slot, SupervisorFigures
 
 
 def test_a_published_report_is_read_back_with_its_sequence() -> None:
@@ -55,3 +55,12 @@ def test_a_forked_child_writes_what_the_parent_reads() -> None:
         os._exit(0)
     os.waitpid(pid, 0)
     assert board.read(0) == Slot(pid, 3, 1, 0)
+
+
+def test_a_seqlocked_value_being_written_is_never_read_and_a_successor_goes_on() -> None:
+    board = Board(1)
+    board.write_supervisor(SupervisorFigures(restarts=2))
+    struct.pack_into("<Q", board.memory, board.supervisor.offset, board.supervisor.sequence() + 1)  # died mid-write
+    assert board.supervisor.read() is None and board.read_supervisor() == SupervisorFigures()
+    board.write_supervisor(SupervisorFigures(restarts=3))  # a successor starts from the odd sequence in memory
+    assert board.supervisor.sequence() % 2 == 0 and board.read_supervisor() == SupervisorFigures(restarts=3)
