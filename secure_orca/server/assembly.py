@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from secure_orca.authn.authenticator import Outcome, Request
 from secure_orca.authn.tokenfile import TokenFile
+from secure_orca.authz.policy import Decision
 from secure_orca.credentials import loader
 from secure_orca.credentials.loader import Material
 from secure_orca.server import demo
@@ -54,17 +55,14 @@ class Server:
         material, contents = loader.load_contents(config.files)
         sampler = sampler or Sampler(config.load_metrics.interval, decimals=config.load_metrics.decimals)
         trust = trust_of(config, material)
-        app, proxy = build_app(config, sampler, material, trust)
-        metrics = None
-        if config.serving.metrics_address:
-            metrics = Metrics(sampler, lambda: verifications(app))
-            app.on_decision, app.on_stripped = metrics.on_decision, metrics.on_stripped
-            if proxy is not None:
-                from secure_orca.server.proxy.metrics import RouteCollector
+        metrics = Metrics(sampler, lambda: chains_verified(trust)) if config.serving.metrics_address else None
+        hooks = Hooks.of(metrics, audit=bool(config.audit.path))
+        app, proxy = build_app(config, sampler, material, trust, hooks)
+        if metrics is not None and proxy is not None:
+            from secure_orca.server.proxy.metrics import RouteCollector
 
-                metrics.registry.register(RouteCollector(proxy.metrics))
+            metrics.registry.register(RouteCollector(proxy.metrics))
         context = make_server_context(material.serving, material.anchors())
-        authentication = app.app if isinstance(app.app, AuthenticationMiddleware) else None
         oob = None
         if config.oob is not None:
             bounds = config.oob
@@ -112,8 +110,6 @@ class Server:
             audit = AuditLog(sink, KnownSecrets(lambda: reloader.material), mode=config.audit.mode)
             if metrics is not None:
                 metrics.watch_audit(audit)
-        if authentication is not None and (metrics is not None or audit is not None):
-            authentication.observe = observer(metrics, audit is not None)
         return cls(config, sampler, trust, app, proxy, options, reloader, metrics, oob, audit)
 
     @property
@@ -181,8 +177,31 @@ def _both(
 
 def verifications(app: LoadReportMiddleware) -> int:
     """Client chains verified so far by the trust in force."""
-    chains = app.trust.authority.chains
+    return chains_verified(app.trust)
+
+
+def chains_verified(trust: TrustService) -> int:
+    """Client chains verified so far by ``trust``'s front-proxy trust in force."""
+    chains = trust.authority.chains
     return chains.verifier.verifications if chains else 0
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the layers report to, given to their constructors: each decision and each stripped ORCA header
+    (the load-report middleware), each authentication (AuthenticationMiddleware)."""
+
+    on_decision: Callable[[Decision], None] | None = None
+    on_stripped: Callable[[int], None] | None = None
+    observe: Callable[[Scope, Request, Outcome, float], None] | None = None
+
+    @classmethod
+    def of(cls, metrics: Metrics | None, audit: bool) -> Hooks:
+        """The hooks of kube's metrics (when served) and of the audit record (when auditing)."""
+        observe = observer(metrics, audit) if metrics is not None or audit else None
+        if metrics is None:
+            return cls(observe=observe)
+        return cls(metrics.on_decision, metrics.on_stripped, observe)
 
 
 def trust_of(config: ServeConfig, material: Material) -> TrustService:
@@ -192,10 +211,14 @@ def trust_of(config: ServeConfig, material: Material) -> TrustService:
 
 
 def build_app(
-    config: ServeConfig, sampler: Sampler, material: Material, trust: TrustService | None = None
+    config: ServeConfig,
+    sampler: Sampler,
+    material: Material,
+    trust: TrustService | None = None,
+    hooks: Hooks = Hooks(),
 ) -> tuple[LoadReportMiddleware, ProxyApp | None]:
     """The middleware around the demo backend (or the proxy in front of it), trusting what ``trust`` holds (by
-    default, what ``material`` grants)."""
+    default, what ``material`` grants) and reporting to ``hooks``."""
     trust = trust or trust_of(config, material)
     backend: ASGIApp = demo.with_work(demo.app) if config.backend.demo_work else demo.app
     inner = backend
@@ -213,6 +236,7 @@ def build_app(
         BodyDeadline(inner, config.serving.request_timeout),  # every route's request body has a deadline
         replace(config.authentication.authenticators, tokens=tokens),
         trust,
+        observe=hooks.observe,
     )
     # Load reports are decided outside authentication, exactly as before it existed (a 401 is a response too).
     middleware = LoadReportMiddleware(
@@ -221,5 +245,7 @@ def build_app(
         trust=trust,
         sampler=sampler,
         attach=config.load_metrics.attach,
+        on_decision=hooks.on_decision,
+        on_stripped=hooks.on_stripped,
     )
     return middleware, proxy

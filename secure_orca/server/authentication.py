@@ -84,13 +84,14 @@ class AuthenticationMiddleware:
         config: AuthenticationConfig,
         trust: TrustService,
         on_failure: Callable[[str], None] | None = None,
+        observe: Observer | None = None,
     ) -> None:
         self.app = app
         self.authenticate = config.authenticator()
         self.identity = IdentityHeaders([STANDARD, config.header_names])
         self.trust = trust
         self.on_failure = on_failure
-        self.observe: Observer | None = None
+        self.observe = observe
 
     def _caches(self) -> tuple[ChainCache | None, ChainCache | None, ChainCache | None]:
         """The load-reader, front-proxy and client-CA caches in force: read once per request."""

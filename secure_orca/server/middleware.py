@@ -10,12 +10,10 @@ when the feature is on and the policy grants it (first, so the server's HTTP/2 c
 
 from __future__ import annotations
 
-import hmac
-import time
 from collections.abc import Callable
 
 from secure_orca.authz.authority import Authority
-from secure_orca.authz.memo import FOREVER, ConnectionMemo, at
+from secure_orca.authz.memo import ConnectionMemo, at
 from secure_orca.authz.policy import DECISIONS, Decision
 from secure_orca.authz.reasons import Reason
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
@@ -87,49 +85,35 @@ class LoadReportMiddleware:
             now = now_us()
             checks = self.trust.identify(extensions, authority, now, peer(scope))
             return authority.policy.decide(optin_values, checks.identity, at(now), checks.reader)
-        now = time.time_ns() // 1000 if memo.timed else 0  # now_us(), inline: this is every request's path
-        if (
-            memo.authority is authority
-            and memo.since <= now <= memo.until  # never reaches memo.recheck (``steady``)
-            and len(optin_values) == 1
-            and hmac.compare_digest(optin_values[0], memo.optin)
-        ):
-            return memo.decision
-        if memo.authority is not authority or now >= memo.recheck:
+        now = memo.moment(now_us)  # this is every request's path: the clock only when a check depends on it
+        remembered = memo.decision_for(authority, optin_values, now)
+        if remembered is not None:
+            return remembered
+        if memo.stale(authority, now):
             memo.remember(authority, self.trust.identify(extensions, authority, now or now_us(), peer(scope)))
-            now = now_us() if memo.timed else 0  # only a check that holds (or may start to) reads the clock
+            now = memo.moment(now_us)  # only a check that holds (or may start to) reads the clock
         decision = authority.policy.decide(optin_values, memo.identity, at(now or now_us()), memo.reader)
-        if len(optin_values) == 1:
-            memo.optin, memo.decision = optin_values[0], decision
-            memo.since, memo.until = memo.steady(now)
-        return decision
+        return memo.record(optin_values, decision, now)
 
     async def _verify_chain(self, scope: Scope, memo: ConnectionMemo) -> None:
         """Once per connection and authority: its chain verified off the loop (streams of the connection that
         arrive meanwhile wait for the same verification)."""
         authority = self.trust.authority
         await self.trust.verify((authority.chains, authority.readers), scope["extensions"], peer(scope))
-        memo.verified = authority
+        memo.verified_under(authority)
 
     def _fresh(self, scope: Scope, header: tuple[bytes, bytes]) -> bool:
         """In once-per-sample mode, whether this connection has not had this sample yet (and now has)."""
-        memo = scope.get("extensions", {}).get(CONNECTION_KEY)
-        if memo is None:
-            return True
-        if memo.last is header:
-            return False
-        memo.last = header
-        return True
+        memo: ConnectionMemo | None = scope.get("extensions", {}).get(CONNECTION_KEY)
+        return memo is None or memo.fresh(header)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         memo = (scope.get("extensions") or {}).get(CONNECTION_KEY)
-        if memo is not None and (
-            memo.verified is not self.trust.authority or (memo.recheck != FOREVER and memo.recheck <= now_us())
-        ):  # once per connection and authority, and again when its checks may change with time
-            await self._verify_chain(scope, memo)
+        if memo is not None and memo.unverified(self.trust.authority, now_us):
+            await self._verify_chain(scope, memo)  # once per connection and authority, and when time may change it
         headers = scope["headers"]
         found = [(name.lower(), value) for name, value in headers if name.lower() in _OPTIN_SPELLINGS]
         optin_values = [value for name, value in found if name == OPTIN]  # other spellings never opt in
@@ -142,7 +126,7 @@ class LoadReportMiddleware:
                 self.on_decision(granted)
             if AUDIT_KEY in scope:  # the audit event's annotation (server.audit)
                 scope[AUDIT_KEY].decision = granted.reason
-            if granted.attach:  # a proxied route may carry its backend's report instead (server.backendload)
+            if granted.attach:  # a proxied route may carry its backend's report instead (server.proxy.backendload)
                 scope[GRANT_KEY] = TEXT_GRANT
         counters = self.sampler.counters
         counters.in_flight += 1

@@ -54,12 +54,7 @@ def presented(extensions: Scope) -> tuple[str, ...]:
 def chain_key(extensions: Scope, chain: Sequence[str]) -> bytes:
     """``ChainCache.key`` of the connection's client chain, hashed once per connection (the memo keeps it)."""
     memo: ConnectionMemo | None = extensions.get(CONNECTION_KEY)
-    key = memo.chain_key if memo is not None else None
-    if key is None:
-        key = ChainCache.key(tuple(chain))
-        if memo is not None:
-            memo.chain_key = key
-    return key
+    return ChainCache.key(tuple(chain)) if memo is None else memo.key_of(tuple(chain))
 
 
 def authority_from(material: Material, modes: frozenset[Mode]) -> Authority:

@@ -13,7 +13,6 @@ from secure_orca.authz.authority import Authority
 from secure_orca.authz.memo import ConnectionMemo, microseconds
 from secure_orca.authz.policy import Policy
 from secure_orca.authz.secrets import SecretSet
-from secure_orca.server import middleware as middleware_module
 from secure_orca.server import trust as trust_module
 from secure_orca.x509.chainverifier import ChainVerifier
 from tests.inprocess import FP_CA, FP_PEM, OPT_IN, SECRET, call, make, orca
@@ -89,7 +88,6 @@ def test_grant_ends_the_microsecond_the_certificate_expires(monkeypatch: pytest.
     leaf = pki.issue(FP_CA, "front-proxy-client", not_before=start - dt.timedelta(hours=1), not_after=not_after)
     pem = leaf.cert_pem().decode()
     clock = {"us": microseconds(start)}
-    monkeypatch.setattr(middleware_module, "time", SimpleNamespace(time_ns=lambda: clock["us"] * 1000 + 999))
     monkeypatch.setattr(trust_module, "time", SimpleNamespace(time_ns=lambda: clock["us"] * 1000 + 999))
     middleware, _, _, decisions = make()
     memo = ConnectionMemo()
@@ -107,7 +105,6 @@ def test_a_certificate_refused_before_its_not_before_is_granted_once_valid(monke
     leaf = pki.issue(FP_CA, "front-proxy-client", not_before=not_before, not_after=not_before + dt.timedelta(days=1))
     pem = leaf.cert_pem().decode()
     clock = {"us": microseconds(start)}
-    monkeypatch.setattr(middleware_module, "time", SimpleNamespace(time_ns=lambda: clock["us"] * 1000))
     monkeypatch.setattr(trust_module, "time", SimpleNamespace(time_ns=lambda: clock["us"] * 1000))
     middleware, _, _, decisions = make()
     memo = ConnectionMemo()
