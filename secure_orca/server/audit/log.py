@@ -325,10 +325,6 @@ class AuditLog:
         if self.relay is not None:
             self.relay.update(self)
 
-    def kick(self) -> None:
-        """Wake the writer thread now rather than at its next period."""
-        self._kick.set()
-
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="audit-log", daemon=True)
         self._thread.start()
@@ -401,8 +397,7 @@ class AuditMiddleware:
         if audit.mode == BLOCKING_STRICT and audit.broken:  # kube: a request whose event is not stored fails
             await _refuse(send)
             record.status, record.stage = 500, time.time_ns()
-            audit.submit(record)  # the writer tries the log again with it, at once: space may be back
-            audit.kick()
+            audit.submit(record)  # the writer tries the log again with it
             return
         queued = trailers = False
         hold = audit.mode == BLOCKING_STRICT

@@ -133,6 +133,10 @@ class Connections:
         async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 await self.on_connection(reader, writer)
+            except asyncio.CancelledError:
+                # Ended at shutdown: it returns rather than ends cancelled, since asyncio 3.11's
+                # StreamReaderProtocol calls exception() on this task, which raises on a cancelled one (a traceback).
+                pass
             finally:
                 if not finished.done():
                     finished.set_result(None)
