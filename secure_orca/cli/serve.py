@@ -18,7 +18,6 @@ import logging
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 
 from prometheus_client import generate_latest
 
@@ -77,7 +76,16 @@ def run(args: argparse.Namespace) -> int:
         (log.warning if note.startswith("WARNING") else log.info)(note.removeprefix("WARNING: "))
     metrics = config.load_metrics
     sampler = WorkerSampler(Board(workers), metrics.interval, metrics.decimals) if workers > 1 else None
-    server = Server.assemble(config, verbose=args.verbose, sampler=sampler)
+    sock = None
+    if workers > 1:  # the workers share one listening socket, in the options they are assembled with
+        with _listen_errors(config):
+            sock = listen(config.serving.host, config.serving.port)
+    try:
+        server = Server.assemble(config, verbose=args.verbose, sampler=sampler, sock=sock)
+    except BaseException:
+        if sock is not None:  # a credential error: the one error, and nothing left listening
+            sock.close()
+        raise
     log.info(
         "load metrics %s; modes: %s",
         "on" if config.load_metrics.enabled else "off",
@@ -121,12 +129,9 @@ def run(args: argparse.Namespace) -> int:
                 host,
             )
 
-    if workers > 1:
-        with _listen_errors(config):
-            sock = listen(config.serving.host, config.serving.port)
-        server.options = replace(server.options, sock=sock)
+    if sock is not None:
         writer = AuditWriter(config.audit, workers) if config.audit.path else None  # one process writes the file
-        status = Supervisor(server, sock, workers, lambda: _serve(server), supervised, credentials, writer).run()
+        status = Supervisor(server, sock, workers, _serve, supervised, credentials, writer).run()
     else:
         with _listen_errors(config):
             status = _serve(server)

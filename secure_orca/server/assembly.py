@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from secure_orca.authn.authenticator import Outcome, Request
 from secure_orca.authn.tokenfile import TokenFile
@@ -18,6 +19,7 @@ from secure_orca.server.asgi import ASGIApp, BodyDeadline, Scope
 from secure_orca.server.audit.log import AuditLog, AuditMiddleware, KnownSecrets, open_sink, record_of
 from secure_orca.server.authentication import AuthenticationMiddleware
 from secure_orca.server.config import ServeConfig
+from secure_orca.server.http.accept import Balance
 from secure_orca.server.http.serve import ServerOptions, serve
 from secure_orca.server.http.tls import make_server_context
 from secure_orca.server.metrics import Metrics
@@ -30,60 +32,76 @@ from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier
 
 if TYPE_CHECKING:  # imported where a route needs it: httpx is a fifth of serve's start-up
+    from secure_orca.server.proxy.backendload import BackendReports
     from secure_orca.server.proxy.forward import ProxyApp
 
+L = TypeVar("L")
 
-@dataclass
+
+@dataclass(frozen=True)
+class Stack:
+    """The ASGI layers as built from ``layers``' one ordered list, innermost first: ``entry`` is what is served."""
+
+    built: tuple[ASGIApp, ...]
+
+    @property
+    def entry(self) -> ASGIApp:
+        """The outermost layer."""
+        return self.built[-1]
+
+    def find(self, kind: type[L]) -> L | None:
+        """The layer of type ``kind``, if the stack has one."""
+        return next((layer for layer in self.built if isinstance(layer, kind)), None)
+
+    def get(self, kind: type[L]) -> L:
+        """The layer of type ``kind``, which every stack has."""
+        layer = self.find(kind)
+        if layer is None:
+            raise LookupError(f"the stack has no {kind.__name__}")
+        return layer
+
+
+@dataclass(frozen=True)
 class Server:
     """Everything ``serve`` runs, assembled from a ServeConfig (also used in process by the benchmarks)."""
 
     config: ServeConfig
     sampler: Sampler
     trust: TrustService  # the Authority in force and chain verification, shared by every layer below
-    app: LoadReportMiddleware
-    proxy: ProxyApp | None
+    stack: Stack
     options: ServerOptions
     reloader: Reloader
     metrics: Metrics | None
-    oob: OobService | None = None  # StreamCoreMetrics in front of ``app`` (docs/out-of-band.md)
     audit: AuditLog | None = None
 
     @classmethod
-    def assemble(cls, config: ServeConfig, verbose: bool = False, sampler: Sampler | None = None) -> Server:
+    def assemble(
+        cls,
+        config: ServeConfig,
+        verbose: bool = False,
+        sampler: Sampler | None = None,
+        sock: socket.socket | None = None,
+    ) -> Server:
         """Read every credential file once (CredentialError names the flag at fault) and build from it; a
-        worker of ``serve --workers`` brings the sampler that reads the server's one report."""
+        worker of ``serve --workers`` brings the sampler that reads the server's one report, and the listening
+        socket the workers share."""
         material, contents = loader.load_contents(config.files)
         sampler = sampler or Sampler(config.load_metrics.interval, decimals=config.load_metrics.decimals)
         trust = trust_of(config, material)
         metrics = Metrics(sampler, lambda: chains_verified(trust)) if config.serving.metrics_address else None
-        hooks = Hooks.of(metrics, audit=bool(config.audit.path))
-        app, proxy = build_app(config, sampler, material, trust, hooks)
+        audit = None
+        if config.audit.path:  # its secrets are the material in force: the reloader's, made below
+            sink = open_sink(config.audit.path, config.audit.maxsize, config.audit.maxbackup)
+            audit = AuditLog(sink, KnownSecrets(lambda: reloader.material), mode=config.audit.mode)
+        stack = layers(config, sampler, material, trust, Hooks.of(metrics, audit), audit)
+        proxy, oob = _find_proxy(config, stack), stack.find(OobService)
         if metrics is not None and proxy is not None:
             from secure_orca.server.proxy.metrics import RouteCollector
 
             metrics.registry.register(RouteCollector(proxy.metrics))
+        if metrics is not None and oob is not None:
+            metrics.watch_oob(oob)
         context = make_server_context(material.serving, material.anchors())
-        oob = None
-        if config.oob is not None:
-            bounds = config.oob
-            reports = proxy.reports if proxy is not None else None
-            source = sampler
-            if reports is not None and any(route.report != "local" for route in config.backend.routes):
-                from secure_orca.server.proxy.backendload import WithBackendLoad
-
-                source = cast(Sampler, WithBackendLoad(sampler, reports))  # OobService reads only ``.report``
-            oob = OobService(
-                app,
-                trust,
-                source,
-                enabled=config.load_metrics.enabled,
-                decimals=config.load_metrics.decimals,
-                min_interval=bounds.min_interval,
-                limits=bounds.limits,
-                write_deadline=bounds.write_deadline,
-            )
-            if metrics is not None:
-                metrics.watch_oob(oob)
         reloader = Reloader(
             loader.sources(config.files),
             material,
@@ -101,23 +119,37 @@ class Server:
             goaway_chance=config.serving.goaway_chance,
             access_log=verbose,
             handshake=config.serving.handshake,
+            sock=sock,
         )
         if metrics is not None:
             metrics.watch_handshakes(options.handshake_stats)
-        audit = None
-        if config.audit.path:
-            sink = open_sink(config.audit.path, config.audit.maxsize, config.audit.maxbackup)
-            audit = AuditLog(sink, KnownSecrets(lambda: reloader.material), mode=config.audit.mode)
-            if metrics is not None:
+            if audit is not None:
                 metrics.watch_audit(audit)
-        return cls(config, sampler, trust, app, proxy, options, reloader, metrics, oob, audit)
+        return cls(config, sampler, trust, stack, options, reloader, metrics, audit)
+
+    def balanced(self, balance: Balance) -> Server:
+        """This server as a worker serves it: the same parts, options sharing connection counts through ``balance``
+        (a new Server, made in the worker after the fork; nothing of this one changes)."""
+        return replace(self, options=replace(self.options, balance=balance))
 
     @property
     def entry(self) -> ASGIApp:
-        """The application ``server/http`` serves: the out-of-band service in front of the app, and the audit layer
-        outermost when auditing."""
-        served: ASGIApp = self.oob or self.app
-        return AuditMiddleware(served, self.audit) if self.audit is not None else served
+        """The application ``server/http`` serves: the outermost layer."""
+        return self.stack.entry
+
+    @property
+    def app(self) -> LoadReportMiddleware:
+        """The load-report middleware: where each response's ORCA header is decided."""
+        return self.stack.get(LoadReportMiddleware)
+
+    @property
+    def proxy(self) -> ProxyApp | None:
+        return _find_proxy(self.config, self.stack)
+
+    @property
+    def oob(self) -> OobService | None:
+        """StreamCoreMetrics in front of ``app`` (docs/out-of-band.md)."""
+        return self.stack.find(OobService)
 
     async def run(self, shutdown_trigger: Callable[[], Awaitable[Any]]) -> None:
         """Serve until ``shutdown_trigger`` returns; the sampler and the reloader run on this loop."""
@@ -196,9 +228,9 @@ class Hooks:
     observe: Callable[[Scope, Request, Outcome, float], None] | None = None
 
     @classmethod
-    def of(cls, metrics: Metrics | None, audit: bool) -> Hooks:
+    def of(cls, metrics: Metrics | None, audit: AuditLog | None) -> Hooks:
         """The hooks of kube's metrics (when served) and of the audit record (when auditing)."""
-        observe = observer(metrics, audit) if metrics is not None or audit else None
+        observe = observer(metrics, audit is not None) if metrics is not None or audit is not None else None
         if metrics is None:
             return cls(observe=observe)
         return cls(metrics.on_decision, metrics.on_stripped, observe)
@@ -210,6 +242,83 @@ def trust_of(config: ServeConfig, material: Material) -> TrustService:
     return TrustService(authority_from(material, config.load_metrics.modes), clients)
 
 
+Wrap = Callable[[ASGIApp], ASGIApp]
+
+
+def layers(
+    config: ServeConfig,
+    sampler: Sampler,
+    material: Material,
+    trust: TrustService,
+    hooks: Hooks = Hooks(),
+    audit: AuditLog | None = None,
+) -> Stack:
+    """The ASGI stack, from its one ordered list of layers (innermost first; a layer that ``config`` leaves off
+    is None). Each layer is given what it reports to (``hooks``, ``audit``) when it is built."""
+    load = config.load_metrics
+    reports = None
+    if config.backend.routes:
+        from secure_orca.server.proxy.backendload import BackendReports
+
+        reports = BackendReports(sampler, load.decimals, config.backend.report_max_age)
+    authenticators = replace(
+        config.authentication.authenticators, tokens=TokenFile(material.tokens) if material.tokens else None
+    )
+    order: list[Wrap | None] = [
+        demo.with_work if config.backend.demo_work else None,
+        _proxy(config, material, reports) if config.backend.routes else None,
+        lambda inner: BodyDeadline(inner, config.serving.request_timeout),  # every route's request body has a deadline
+        lambda inner: AuthenticationMiddleware(inner, authenticators, trust, observe=hooks.observe),
+        # Load reports are decided outside authentication, exactly as before it existed (a 401 is a response too).
+        lambda inner: LoadReportMiddleware(
+            inner,
+            enabled=load.enabled,
+            trust=trust,
+            sampler=sampler,
+            attach=load.attach,
+            on_decision=hooks.on_decision,
+            on_stripped=hooks.on_stripped,
+        ),
+        _oob(config, trust, sampler, reports) if config.oob is not None else None,
+        (lambda inner: AuditMiddleware(inner, audit)) if audit is not None else None,  # outermost
+    ]
+    built: list[ASGIApp] = [demo.app]
+    for wrap in order:
+        if wrap is not None:
+            built.append(wrap(built[-1]))
+    return Stack(tuple(built))
+
+
+def _proxy(config: ServeConfig, material: Material, reports: BackendReports | None) -> Wrap:
+    """The reverse proxy, with the demo backend as its fallback route."""
+    from secure_orca.server.proxy.forward import ProxyApp
+
+    backend = config.backend
+    require = backend.readiness == "require"
+    return lambda inner: ProxyApp(backend.routes, inner, backend.limits, material.proxy_client, reports, require)
+
+
+def _oob(config: ServeConfig, trust: TrustService, sampler: Sampler, reports: BackendReports | None) -> Wrap:
+    """The out-of-band service; its reports carry the backends' load when a route says so."""
+    assert config.oob is not None
+    bounds, load = config.oob, config.load_metrics
+    source = sampler
+    if reports is not None and any(route.report != "local" for route in config.backend.routes):
+        from secure_orca.server.proxy.backendload import WithBackendLoad
+
+        source = cast(Sampler, WithBackendLoad(sampler, reports))  # OobService reads only ``.report``
+    return lambda inner: OobService(
+        inner,
+        trust,
+        source,
+        enabled=load.enabled,
+        decimals=load.decimals,
+        min_interval=bounds.min_interval,
+        limits=bounds.limits,
+        write_deadline=bounds.write_deadline,
+    )
+
+
 def build_app(
     config: ServeConfig,
     sampler: Sampler,
@@ -217,35 +326,16 @@ def build_app(
     trust: TrustService | None = None,
     hooks: Hooks = Hooks(),
 ) -> tuple[LoadReportMiddleware, ProxyApp | None]:
-    """The middleware around the demo backend (or the proxy in front of it), trusting what ``trust`` holds (by
-    default, what ``material`` grants) and reporting to ``hooks``."""
-    trust = trust or trust_of(config, material)
-    backend: ASGIApp = demo.with_work(demo.app) if config.backend.demo_work else demo.app
-    inner = backend
-    proxy = None
-    if config.backend.routes:
-        from secure_orca.server.proxy.backendload import BackendReports
-        from secure_orca.server.proxy.forward import ProxyApp
+    """The load-report middleware as ``serve`` builds it (and the proxy, when routed), trusting what ``trust``
+    holds (by default, what ``material`` grants) and reporting to ``hooks``."""
+    stack = layers(config, sampler, material, trust or trust_of(config, material), hooks)
+    return stack.get(LoadReportMiddleware), _find_proxy(config, stack)
 
-        reports = BackendReports(sampler, config.load_metrics.decimals, config.backend.report_max_age)
-        require = config.backend.readiness == "require"
-        proxy = ProxyApp(config.backend.routes, backend, config.backend.limits, material.proxy_client, reports, require)
-        inner = proxy
-    tokens = TokenFile(material.tokens) if material.tokens else None
-    authenticated = AuthenticationMiddleware(
-        BodyDeadline(inner, config.serving.request_timeout),  # every route's request body has a deadline
-        replace(config.authentication.authenticators, tokens=tokens),
-        trust,
-        observe=hooks.observe,
-    )
-    # Load reports are decided outside authentication, exactly as before it existed (a 401 is a response too).
-    middleware = LoadReportMiddleware(
-        authenticated,
-        enabled=config.load_metrics.enabled,
-        trust=trust,
-        sampler=sampler,
-        attach=config.load_metrics.attach,
-        on_decision=hooks.on_decision,
-        on_stripped=hooks.on_stripped,
-    )
-    return middleware, proxy
+
+def _find_proxy(config: ServeConfig, stack: Stack) -> ProxyApp | None:
+    """The stack's reverse proxy, when routed (httpx, which it imports, is a fifth of serve's start-up)."""
+    if not config.backend.routes:
+        return None
+    from secure_orca.server.proxy.forward import ProxyApp
+
+    return stack.find(ProxyApp)

@@ -29,7 +29,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from types import FrameType
 
@@ -88,14 +88,14 @@ class Child:
 class Supervisor:
     """Forks ``workers`` copies of ``server`` (assembled with a ``WorkerSampler``) and samples for them all.
 
-    ``work`` is what a worker runs (serve until SIGTERM; returns the exit status)."""
+    ``work`` is what a worker runs, given its server (serve until SIGTERM; returns the exit status)."""
 
     def __init__(
         self,
         server: Server,
         sock: socket.socket,
         workers: int,
-        work: Callable[[], int],
+        work: Callable[[Server], int],
         metrics: ThreadingHTTPServer | None = None,
         credentials: CredentialReader | None = None,
         audit_writer: AuditWriter | None = None,
@@ -215,11 +215,10 @@ class Supervisor:
             sampler = self.server.sampler
             assert isinstance(sampler, WorkerSampler)
             sampler.index = index
-            self.server.options = replace(self.server.options, balance=BoardBalance(self.board, index))
             self.credentials.follow()  # the current generation, before serving
             if self.audit_writer is not None:
                 self.audit_writer.worker(self.server.audit, index)
-            return self.work()
+            return self.work(self.server.balanced(BoardBalance(self.board, index)))
 
         return work
 

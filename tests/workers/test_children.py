@@ -43,7 +43,7 @@ def test_every_child_is_a_row_and_the_audit_writer_stops_last(tmp_path: Path) ->
     metrics = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     with socket.socket() as sock, metrics:
         writer = AuditWriter(server.config.audit, WORKERS)
-        supervisor = Supervisor(server, sock, WORKERS, lambda: 0, metrics, audit_writer=writer)
+        supervisor = Supervisor(server, sock, WORKERS, lambda _: 0, metrics, audit_writer=writer)
         assert table(supervisor) == [
             ("the metrics process", 0, False, None),
             ("the credential reader", 0, False, None),
@@ -58,7 +58,7 @@ def test_every_child_is_a_row_and_the_audit_writer_stops_last(tmp_path: Path) ->
 def test_without_metrics_or_audit_log_the_table_holds_the_reader_and_the_workers(tmp_path: Path) -> None:
     server = assembled(devpki.generate(tmp_path / "pki"))
     with socket.socket() as sock:
-        supervisor = Supervisor(server, sock, WORKERS, lambda: 0)
+        supervisor = Supervisor(server, sock, WORKERS, lambda _: 0)
         assert [name for name, *_ in table(supervisor)] == ["the credential reader", "worker 0", "worker 1", "worker 2"]
 
 
@@ -84,7 +84,7 @@ def test_a_new_row_is_reaped_restarted_and_stopped_in_its_order(tmp_path: Path) 
         stopped.touch()
 
     with socket.socket() as sock:
-        supervisor = Supervisor(server, sock, WORKERS, lambda: 0)
+        supervisor = Supervisor(server, sock, WORKERS, lambda _: 0)
         sixth = Child("a sixth child", pause, restart_delay=0.0)
         last = Child("a draining child", drain, stop_order=1, stop=ask, drains=True)
         supervisor.children = [sixth, last]
