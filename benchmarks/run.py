@@ -177,6 +177,9 @@ SCRIPTS = {
         "Memory per silent socket, the load balancer under a descriptor limit, a stalled hello",
         ("20",),
     ),
+    "request-walk": Script(
+        "request_walk", "The modules one request walks through: stays, returns to a module left, climbs", ()
+    ),
     "resumption-cost": Script("resumption", "What turning TLS session tickets off costs per connection", ("10",)),
     "verification-cost": Script(
         "verification",
