@@ -25,6 +25,7 @@ from secure_orca.credentials import devpki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN_BYTES
+from secure_orca.server.asgi import ASGIApp
 from secure_orca.server.assembly import Server
 from secure_orca.server.config import build_config
 
@@ -76,8 +77,8 @@ def request(dev: pki.DevPKI) -> dict[str, Any]:
     }
 
 
-async def served(server: Server, scope: dict[str, Any]) -> int:
-    """The status of ``scope`` served by the whole stack."""
+async def served(app: ASGIApp, scope: dict[str, Any]) -> int:
+    """The status of ``scope`` served by ``app``."""
     sent: list[MutableMapping[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
@@ -86,7 +87,7 @@ async def served(server: Server, scope: dict[str, Any]) -> int:
     async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
-    await server.entry(scope, receive, send)
+    await app(scope, receive, send)
     return int(sent[0]["status"])
 
 
@@ -100,11 +101,11 @@ def rooms(server: Server, dev: pki.DevPKI) -> list[str]:
             modules.append(name)
 
     async def main() -> None:
-        assert await served(server, request(dev)) == 200
-        scope = request(dev)
+        app, scope = server.entry, request(dev)  # what ``serve`` serves, taken once as it does
+        assert await served(app, request(dev)) == 200
         sys.setprofile(profile)
         try:
-            status = await served(server, scope)
+            status = await served(app, scope)
         finally:
             sys.setprofile(None)
         assert status == 200

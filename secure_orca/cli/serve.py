@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             if isinstance(sampler, WorkerSampler):  # one /metrics for the server, in a process of its own
                 registry = server.metrics.registry
-                sampler.exposition = lambda: generate_latest(registry)
+                sampler.render_metrics_with(lambda: generate_latest(registry))
                 assert credentials is not None
                 address = parse_address(config.serving.metrics_address)
                 supervised = metrics_server(sampler.board, *address, more=(credentials.shared.exposition,))

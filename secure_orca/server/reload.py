@@ -127,6 +127,11 @@ class Reloader:
         self._reading: asyncio.Future[list[Outcome]] | None = None
         self._stalled = False
 
+    def read_through(self, reading: Reading, on_reload: Callable[[str, bool], None] | None) -> None:
+        """Read the sources through ``reading`` from now on (``serve --workers``: the credential region, in
+        workers.credentials), telling ``on_reload`` of each reload."""
+        self.reading, self.on_reload = reading, on_reload
+
     # --- reading and parsing: runs in a worker thread, touches nothing the event loop uses ---
 
     def _read(self, watched: Watched) -> Outcome | None:

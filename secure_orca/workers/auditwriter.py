@@ -281,11 +281,10 @@ class Relay:
         broken, written, lost = figures
         seen_written, seen_lost = self._seen
         refused_here = self.refused_here
-        audit.written += written[self.index] - seen_written
-        audit.write_errors += lost[self.index] - seen_lost + refused_here - self._refused_seen
+        lost_here = lost[self.index] - seen_lost + refused_here - self._refused_seen
         self._seen = (written[self.index], lost[self.index])
         self._refused_seen = refused_here
-        audit.broken = broken or self.failing
+        audit.relayed(written[self.index] - seen_written, lost_here, broken or self.failing)
 
 
 class AuditWriter:

@@ -188,8 +188,7 @@ def follow(server: Server, shared: SharedCredentials) -> Subscriber:
     serves). Its reloads are the reader's in /metrics, so the worker only wakes its out-of-band streams."""
     reloader = server.reloader
     subscriber = Subscriber(shared)
-    reloader.reading = subscriber
-    reloader.on_reload = server.oob.reloaded if server.oob is not None else None
+    reloader.read_through(subscriber, server.oob.reloaded if server.oob is not None else None)
     reloader.check()
     return subscriber
 
@@ -200,11 +199,10 @@ def read_forever(server: Server, shared: SharedCredentials) -> int:
     reloader = server.reloader
     counted = reloader.on_reload
     catching_up = Subscriber(shared)
-    reloader.reading, reloader.on_reload = catching_up, None
+    reloader.read_through(catching_up, None)
     reloader.check()
     registry = server.metrics.registry if server.metrics is not None else None
-    reloader.reading = Publisher(shared, reloader, catching_up.generation, registry)
-    reloader.on_reload = counted
+    reloader.read_through(Publisher(shared, reloader, catching_up.generation, registry), counted)
 
     async def main() -> None:
         stop = asyncio.Event()

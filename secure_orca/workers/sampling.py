@@ -43,6 +43,14 @@ class WorkerSampler(Sampler):
         self._count = 0
         self._too_large = False
 
+    def take_slot(self, index: int) -> None:
+        """In the worker after the fork: the board slot it publishes its counters and exposition to."""
+        self.index = index
+
+    def render_metrics_with(self, exposition: Callable[[], bytes]) -> None:
+        """This worker's /metrics, rendered by ``exposition`` once a second into its region of the board."""
+        self.exposition = exposition
+
     def tick(self) -> None:
         c = self.counters
         self.board.write(self.index, Slot(os.getpid(), c.requests, c.errors, c.in_flight))

@@ -214,7 +214,7 @@ class Supervisor:
                 self.metrics.socket.close()
             sampler = self.server.sampler
             assert isinstance(sampler, WorkerSampler)
-            sampler.index = index
+            sampler.take_slot(index)
             self.credentials.follow()  # the current generation, before serving
             if self.audit_writer is not None:
                 self.audit_writer.worker(self.server.audit, index)

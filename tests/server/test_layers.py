@@ -4,11 +4,12 @@ its construction outside its own class.
 
 The rule, held over every module of secure_orca by its syntax tree (as ``http/test_hypercorn_contract.py``
 holds hypercorn's names): the guarded classes are the server objects (``Server``, its ``ServerOptions`` and its
-``Stack``) and every ASGI layer (a class whose ``async __call__`` takes ``scope, receive, send``). Their
-attributes are their class-level fields and the ``self.<name>`` they assign. An assignment ``<x>.<name> = ...``
-(plain, unpacked, augmented or annotated, or ``setattr(<x>, "<name>", ...)``) where ``<x>`` is not ``self`` or
-``cls`` and ``<name>`` is a guarded attribute is refused outside the classes that own ``<name>``. Names are
-matched, not types: the few other objects that share a name are listed in ``SHARED_NAMES`` with what they are.
+``Stack``, and the parts it holds: ``SERVER_CLASSES``) and every ASGI layer (a class whose ``async __call__``
+takes ``scope, receive, send``). Their attributes are their class-level fields and the ``self.<name>`` they
+assign. An assignment ``<x>.<name> = ...`` (plain, unpacked, augmented or annotated, or ``setattr(<x>, "<name>",
+...)``) where ``<x>`` is not ``self`` or ``cls`` and ``<name>`` is a guarded attribute is refused outside the
+classes that own ``<name>``. Names are matched, not types: the few other objects that share a name are listed in
+``SHARED_NAMES`` with what they are.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from benchmarks.request_walk import assembled, request, served
 from secure_orca import pki
 
 PACKAGE = Path(secure_orca.__file__).parent
-SERVER_CLASSES = frozenset({"Server", "ServerOptions", "Stack"})
+# The Server, its options and stack, and the parts it holds (a worker's sampler included).
+SERVER_CLASSES = frozenset(
+    {"Server", "ServerOptions", "Stack", "Sampler", "WorkerSampler", "TrustService", "Reloader", "Metrics", "AuditLog"}
+)
 
 # (module, target) -> what the object is: not a middleware or server object, though it shares a guarded name.
 SHARED_NAMES = {
@@ -36,6 +40,9 @@ SHARED_NAMES = {
     ("server/http/tls.py", "context.options"): "the ssl.SSLContext being configured where it is made",
     ("server/middleware.py", "counters.in_flight"): "the sampler's RequestCounters, counted per request",
     ("server/middleware.py", "counters.requests"): "the sampler's RequestCounters, counted per request",
+    ("server/middleware.py", "counters.errors"): "the sampler's RequestCounters, counted per request",
+    ("server/audit/event.py", "record.report"): "the AuditRecord a request leaves, filled as it is served",
+    ("server/oob.py", "stream.authority"): "one out-of-band stream's state, kept by the service that serves it",
 }
 
 
@@ -150,7 +157,7 @@ def test_one_request_reaches_the_metrics_and_the_audit_hooks(dev_pki: pki.DevPKI
     assert server.metrics is not None and server.audit is not None
     server.audit.start()
     try:
-        assert asyncio.run(served(server, request(dev_pki))) == 200
+        assert asyncio.run(served(server.entry, request(dev_pki))) == 200
     finally:
         server.audit.stop()
     assert server.app.on_stripped == server.metrics.on_stripped  # the demo backend sends no ORCA header to strip

@@ -98,7 +98,7 @@ _SIZE = operator.attrgetter("size")
 class Relay(Protocol):
     """Where the writer thread hands its finished lines when another process owns the file (``serve --workers``:
     workers.auditwriter). ``send`` returns how many lines it refused; ``update`` brings that process's counts of
-    this worker's events and whether its last write failed into the AuditLog."""
+    this worker's events and whether its last write failed into the AuditLog (``AuditLog.relayed``)."""
 
     def send(self, lines: list[bytes]) -> int: ...
 
@@ -308,6 +308,13 @@ class AuditLog:
             return 0
         self.written += len(records)
         return len(records)
+
+    def relayed(self, written: int, lost: int, broken: bool) -> None:
+        """The writer process's news of this worker's events (its relay's ``update``): written and lost since its
+        last news, and whether its last write failed."""
+        self.written += written
+        self.write_errors += lost
+        self.broken = broken
 
     def _run(self) -> None:
         while not self._stop.is_set():
