@@ -68,10 +68,12 @@ class Server:
             bounds = config.oob
             reports = proxy.reports if proxy is not None else None
             source = sampler
-            if reports is not None and any(route.report != "local" for route in config.backend.routes):
+            if proxy is not None and reports is not None and any(r.report != "local" for r in config.backend.routes):
                 from secure_orca.server.proxy.backendload import WithBackendLoad
 
-                source = cast(Sampler, WithBackendLoad(sampler, reports))  # OobService reads only ``.report``
+                source = cast(  # OobService reads only ``.report``
+                    Sampler, WithBackendLoad.of(sampler, reports, proxy, config.backend.routes, bounds.min_interval)
+                )
             oob = OobService(
                 app,
                 trust,
