@@ -11,7 +11,7 @@ PR 16976, and ``GetLoadsReqOutput`` in ``python/sglang/srt/managers/io_struct.py
 - ``POST /v1/completions`` and ``/v1/chat/completions`` (OpenAI's shapes, JSON or SSE) as the vLLM-like stand-in
   generates them (``tests/live/vllm_like.py``), but with no ORCA header whatever the request asks: SGLang has
   none;
-- ``GET /stand-in/polls`` (not SGLang's): how many times ``/v1/loads`` was asked.
+- ``GET /stand-in/polls`` (not SGLang's): how many times ``/v1/loads`` was asked, and when (``time.monotonic``).
 
 ``token_usage`` is the running generations over ``--kv-capacity`` plus ``--busy`` (a fixed extra share, to make
 one replica busier than another).
@@ -21,6 +21,7 @@ one replica busier than another).
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
@@ -45,7 +46,7 @@ class App(VllmLikeApp):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
-        self.polls = 0
+        self.polls: list[float] = []  # when /v1/loads was asked (time.monotonic)
 
     def rank(self) -> dict[str, Any]:
         """One data-parallel rank's load, as ``get_loads`` lists it (None fields left out, as SGLang does)."""
@@ -95,7 +96,7 @@ class App(VllmLikeApp):
             return
         path = scope["path"]
         if path == "/v1/loads" and scope["method"] == "GET":
-            self.polls += 1
+            self.polls.append(time.monotonic())
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             if query.get("format") == ["prometheus"]:
                 headers = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
@@ -104,7 +105,7 @@ class App(VllmLikeApp):
                 return
             await send_json(send, 200, self.loads())
         elif path == "/stand-in/polls":
-            await send_json(send, 200, {"polls": self.polls})
+            await send_json(send, 200, {"polls": len(self.polls), "at": self.polls})
         elif path in ("/metrics", "/stand-in/generations"):  # SGLang serves /metrics only with --enable-metrics
             await send_json(send, 404, {"detail": "Not Found"})
         else:

@@ -5,7 +5,8 @@ One poll per period for the whole server, whatever the number of open streams: a
 only marks the poller wanted (``wanted``); one task polls every ``period`` while anyone wanted a report within
 ``idle_after``, then stops until wanted again. A poll answers within ``timeout`` with status 200 and a body of at
 most ``orca.polled.MAX_BODY`` that parses, or it failed: a failed poll leaves the last report as it was, so it
-ages out of ``BackendReports.max_age`` and is never served as fresh. The poll goes through the route's own pool
+ages out of ``BackendReports.max_age`` and is never served as fresh (one warning when polls start failing, one
+line when they answer again). The poll goes through the route's own pool
 (its TLS, its client certificate) and carries no client's header."""
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class LoadPoller:
         self.timeout = timeout
         self.idle_after = max(reports.max_age, 2 * period)  # no stream asked this long: stop polling
         self.polls = self.failures = 0
+        self.failing = False
         self._wanted_at = 0.0
         self._task: asyncio.Task[None] | None = None
 
@@ -61,8 +63,13 @@ class LoadPoller:
             report = polled.parse(self.source, body)
         except (TimeoutError, UpstreamError, OrcaFormatError) as error:
             self.failures += 1
-            log.warning("load poll of %s failed: %s", self.target.decode(), type(error).__name__)
+            if not self.failing:  # one line when polls start failing, not one per period
+                log.warning("load poll of %s failed: %s", self.target.decode(), type(error).__name__)
+            self.failing = True
             return False
+        if self.failing:
+            log.info("load poll of %s answers again", self.target.decode())
+        self.failing = False
         self.reports.observe(report)
         return True
 
