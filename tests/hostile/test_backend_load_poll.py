@@ -3,7 +3,7 @@ items 4 and 5), against the SGLang-like and vLLM-like stand-ins as separate proc
 
 - Many subscribers do not multiply polls: one poll per period for the whole server (``server.proxy.poller``).
 - A failed poll is never served as fresh: once the backend is gone, its figure leaves the stream within
-  ``--proxy-report-max-age`` and never comes back.
+  ``--proxy-report-max-age`` and never comes back; the polls are counted by result.
 - ``/v1/loads`` and ``/metrics`` under a route reach the backend only for a request whose report the policy
   granted; every other caller gets 403, in each spelling the backend reads as the same path. Before the fix
   the gateway passed them to anyone, unauthenticated as SGLang and vLLM serve them."""
@@ -97,20 +97,31 @@ def test_a_failed_poll_is_never_served_as_fresh(dev_pki: pki.DevPKI, client_cert
     fp = client_certs["front-proxy"]
     with ExitStack() as stack, ExitStack() as backend:
         sglang = backend.enter_context(standin("tests.live.sglang_like", "--busy", "0.4"))
-        route = f"/v1={sglang}/v1;{POLLED}"
-        (replica,) = stack.enter_context(run_replicas([gateway(dev_pki, route, "--proxy-report-max-age", "1s")]))
+        route, metrics_port = f"/v1={sglang}/v1;{POLLED}", launch.free_port()
+        flags = ("--proxy-report-max-age", "1s", "--metrics-bind-address", f"127.0.0.1:{metrics_port}")
+        (replica,) = stack.enter_context(run_replicas([gateway(dev_pki, route, *flags)]))
         channel = stack.enter_context(oobcalls.channel(replica, dev_pki, fp.cert, fp.key))
         reports = iter(oobcalls.stream_core_metrics(channel)(oobcalls.ask(PERIOD), timeout=60))
         carried = next(r for r in reports if "kv_cache_usage_perc" in r.named_metrics)
         backend.close()  # the stand-in process ends: every poll from now on fails
         gone_at = time.monotonic()
         after = [(time.monotonic() - gone_at, r) for r in (next(reports) for _ in range(10))]
+        counted = {
+            result: _sample(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text, result)
+            for result in ("ok", "failed")
+        }
     carrying = ["kv_cache_usage_perc" in r.named_metrics for _, r in after]
     assert carried.named_metrics["kv_cache_usage_perc"] == pytest.approx(0.4)
     assert not carrying[-1] and carrying == sorted(carrying, reverse=True), carrying  # once stale, never again
     last_carrying = max((t for t, r in after if "kv_cache_usage_perc" in r.named_metrics), default=0.0)
     assert last_carrying <= 1.0 + PERIOD * 2 + 1.0, after  # max-age, one poll period, one report period
     assert all("in_flight_requests" in r.named_metrics for _, r in after)  # the gateway's own report goes on
+    assert counted["ok"] >= 1 and counted["failed"] >= 2, counted  # secure_orca_proxy_load_polls_total
+
+
+def _sample(text: str, result: str) -> float:
+    prefix = f'secure_orca_proxy_load_polls_total{{result="{result}",route="/v1"}} '
+    return next((float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix)), 0.0)
 
 
 UNENTITLED_PATHS = [

@@ -23,6 +23,7 @@ whatever ORCA headers an upstream returns are removed by the middleware on the w
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -552,7 +553,8 @@ class ProxyApp:
         if route is None or self.reports is None:
             return None
         timeout = min(self.reports.max_age, max(period, 1.0))
-        self.poller = LoadPoller(self.pools[route.prefix], route.load_poll, self.reports, period, timeout)
+        told = functools.partial(self.metrics.polled, route.prefix)
+        self.poller = LoadPoller(self.pools[route.prefix], route.load_poll, self.reports, period, timeout, told)
         return self.poller
 
     async def aclose(self) -> None:

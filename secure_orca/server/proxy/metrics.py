@@ -24,6 +24,7 @@ class RouteMetrics:
         self.sums: dict[str, float] = {}
         self.errors: dict[tuple[str, str], int] = {}
         self.in_flight: dict[str, int] = {}
+        self.polls: dict[tuple[str, str], int] = {}  # (route, ok|failed): polls of a backend's load endpoint
 
     def add(self, prefix: str) -> None:
         self.buckets[prefix] = [0] * (len(BUCKETS) + 1)
@@ -51,6 +52,11 @@ class RouteMetrics:
 
     def upstream_error(self, prefix: str, kind: str) -> None:
         self.errors[(prefix, kind)] += 1
+
+    def polled(self, prefix: str, ok: bool) -> None:
+        """A poll of the route's backend load endpoint (``load-poll``) gave a report, or failed."""
+        key = (prefix, "ok" if ok else "failed")
+        self.polls[key] = self.polls.get(key, 0) + 1
 
 
 class RouteCollector(Collector):
@@ -91,4 +97,11 @@ class RouteCollector(Collector):
         )
         for prefix, count in sorted(m.in_flight.items()):
             in_flight.add_metric([prefix], count)
-        yield from (requests, duration, errors, in_flight)
+        polls = CounterMetricFamily(
+            "secure_orca_proxy_load_polls",
+            "Polls of a backend's load endpoint for the out-of-band stream, by route prefix and result (ok, failed).",
+            labels=["route", "result"],
+        )
+        for (prefix, result), count in sorted(m.polls.items()):
+            polls.add_metric([prefix, result], count)
+        yield from (requests, duration, errors, in_flight, polls)

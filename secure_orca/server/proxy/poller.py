@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from secure_orca.orca import polled
 from secure_orca.orca.report import OrcaFormatError
@@ -27,13 +28,22 @@ ACCEPT = {polled.VLLM_METRICS: b"text/plain", polled.SGLANG_LOADS: b"application
 class LoadPoller:
     """Polls ``source`` (an ``orca.polled.PATHS`` key) through ``pool`` into ``reports``."""
 
-    def __init__(self, pool: UpstreamPool, source: str, reports: BackendReports, period: float, timeout: float) -> None:
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        source: str,
+        reports: BackendReports,
+        period: float,
+        timeout: float,
+        on_poll: Callable[[bool], None] | None = None,
+    ) -> None:
         self.pool = pool
         self.source = source
         self.target = polled.PATHS[source].encode()
         self.reports = reports
         self.period = period
         self.timeout = timeout
+        self.on_poll = on_poll  # told whether each poll gave a report (the route's metrics)
         self.idle_after = max(reports.max_age, 2 * period)  # no stream asked this long: stop polling
         self.polls = self.failures = 0
         self.failing = False
@@ -66,12 +76,18 @@ class LoadPoller:
             if not self.failing:  # one line when polls start failing, not one per period
                 log.warning("load poll of %s failed: %s", self.target.decode(), type(error).__name__)
             self.failing = True
+            self._told(False)
             return False
         if self.failing:
             log.info("load poll of %s answers again", self.target.decode())
         self.failing = False
         self.reports.observe(report)
+        self._told(True)
         return True
+
+    def _told(self, ok: bool) -> None:
+        if self.on_poll is not None:
+            self.on_poll(ok)
 
     async def _fetch(self) -> bytes:
         response = await self.pool.request(b"GET", self.target, [(b"accept", ACCEPT[self.source])], None)
