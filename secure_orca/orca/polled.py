@@ -56,10 +56,8 @@ def prometheus_samples(text: str, wanted: frozenset[str]) -> dict[str, list[floa
     """The values of the ``wanted`` metrics in a Prometheus text exposition (format 0.0.4), per name, in order;
     other lines are skipped unread. A wanted line that is malformed refuses the whole text."""
     found: dict[str, list[float]] = {}
-    for line in text.split("\n"):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
+    prefixes = tuple(wanted)  # an unwanted line costs one startswith over the tuple, in C, and no regex
+    for line in [line.strip() for line in text.split("\n") if line.lstrip(" \t").startswith(prefixes)]:
         name = _METRIC.match(line)
         if name is None or name.group() not in wanted:
             continue
