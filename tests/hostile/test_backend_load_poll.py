@@ -4,13 +4,17 @@ items 4 and 5), against the SGLang-like and vLLM-like stand-ins as separate proc
 - Many subscribers do not multiply polls: one poll per period for the whole server (``server.proxy.poller``).
 - A failed poll is never served as fresh: once the backend is gone, its figure leaves the stream within
   ``--proxy-report-max-age`` and never comes back; the polls are counted by result.
+- A load endpoint that answers too much, redirects, fails, holds a NaN or never answers fails every poll and
+  puts nothing on the stream (the non-200 case failed with the status check removed).
 - ``/v1/loads`` and ``/metrics`` under a route reach the backend only for a request whose report the policy
   granted; every other caller gets 403, in each spelling the backend reads as the same path. Before the fix
   the gateway passed them to anyone, unauthenticated as SGLang and vLLM serve them."""
 
 from __future__ import annotations
 
+import http.server
 import itertools
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +32,7 @@ from tests.live.test_vllm_proxy import standin, vllm_like
 from tests.replicas import run_replicas
 
 from ..conftest import ClientCert, fp_flags
+from .backends import serving
 
 pytestmark = pytest.mark.timeout(120)
 PERIOD = 0.5  # the stream's floor, and so the poll period
@@ -191,3 +196,58 @@ def test_other_paths_pass_unchanged(load_rig: tuple[launch.Replica, str, str], d
     assert beside.status_code == 404 and beside.json() == {"error": {"message": "/v1/loadsx not found",
                                                                      "type": "NotFoundError", "param": None,
                                                                      "code": 404}}  # fmt: skip
+
+
+# --- hostile or broken load endpoints: each poll fails, nothing of theirs reaches the stream ----------------
+
+GOOD_RANK = {"dp_rank": 0, "num_running_reqs": 1, "num_waiting_reqs": 0, "token_usage": 0.5}
+
+
+def _answer(handler: http.server.BaseHTTPRequestHandler, status: int, body: bytes, *extra: tuple[str, str]) -> None:
+    handler.send_response(status)
+    for name, value in (("content-length", str(len(body))), *extra):
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+ANSWERS = {
+    "oversized": lambda h: _answer(h, 200, json.dumps({"loads": [GOOD_RANK], "pad": "x" * 5_000_000}).encode()),
+    "redirect": lambda h: _answer(h, 302, b"", ("location", "http://127.0.0.1:1/v1/loads")),
+    "error status": lambda h: _answer(h, 500, json.dumps({"loads": [GOOD_RANK]}).encode()),
+    "nan": lambda h: _answer(
+        h, 200, b'{"loads": [{"num_running_reqs": 1, "num_waiting_reqs": 0, "token_usage": NaN}]}'
+    ),
+    "never answers": lambda h: time.sleep(20),
+}
+
+
+@pytest.mark.parametrize("answer", sorted(ANSWERS))
+def test_a_hostile_load_endpoint_never_reaches_the_stream(
+    dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert], answer: str
+) -> None:
+    """A backend whose /v1/loads answers too much, redirects, fails, holds a NaN or never answers: every poll fails
+    (counted), the stream goes on with the gateway's own report, never a backend figure."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            ANSWERS[answer](self)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    fp = client_certs["front-proxy"]
+    with ExitStack() as stack:
+        backend = stack.enter_context(serving(Handler))
+        route, metrics_port = f"/v1={backend}/v1;{POLLED}", launch.free_port()
+        flags = ("--metrics-bind-address", f"127.0.0.1:{metrics_port}")
+        (replica,) = stack.enter_context(run_replicas([gateway(dev_pki, route, *flags)]))
+        channel = stack.enter_context(oobcalls.channel(replica, dev_pki, fp.cert, fp.key))
+        reports = iter(oobcalls.stream_core_metrics(channel)(oobcalls.ask(PERIOD), timeout=60))
+        seen = [next(reports) for _ in range(6)]  # 3 s at the floor: at least two polls, each bounded by 1 s
+        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+    assert not [r for r in seen if "kv_cache_usage_perc" in r.named_metrics], seen
+    assert all("in_flight_requests" in r.named_metrics for r in seen)
+    assert _sample(text, "failed") >= 2 and _sample(text, "ok") == 0, text
