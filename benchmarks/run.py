@@ -157,6 +157,9 @@ SCRIPTS = {
         ("--requests", "30", "--baseline", "10", "--top", "5"),
     ),
     "oob-instructions": Script("oob_instructions", "Instructions per streamed out-of-band report", None, CALLGRIND),
+    "poll-parse-cost": Script(
+        "poll_parse_cost", "What reading one polled backend load answer costs, in instructions", None, CALLGRIND
+    ),
     "oob-staleness": Script(
         "oob_staleness",
         "How long a load step takes to move Envoy's weight, in band and out of band",

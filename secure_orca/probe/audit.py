@@ -35,6 +35,7 @@ from secure_orca.probe.transport import Connector, H2Client, ProbeError, Target,
 from secure_orca.probe.vectors import (
     DEFAULT_PATH,
     DEFAULT_SECRET_LENGTH,
+    LOAD_ENDPOINT_GROUP,
     NO_CERT,
     SELF_SUBJECT_REVIEWS,
     Identity,
@@ -73,7 +74,8 @@ _TEXT_HEADER = HEADER.encode()
 def run_vector(connector: Connector, identities: dict[str, Identity], vector: Vector) -> VectorResult:
     start = time.perf_counter()
     got = exchange(connector, identities[vector.identity], vector)
-    outcome, detail = classify(got, vector.protocol, identities[vector.identity].has_cert)
+    load_endpoint = vector.group == LOAD_ENDPOINT_GROUP
+    outcome, detail = classify(got, vector.protocol, identities[vector.identity].has_cert, load_endpoint)
     evidence = report_evidence(got) if outcome == "leak" else ""
     report_ok = None
     if evidence:

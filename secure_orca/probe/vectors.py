@@ -225,6 +225,28 @@ def oob_variants() -> list[Variant]:
     ]
 
 
+LOAD_ENDPOINT_GROUP = "load-endpoint"
+# The load endpoints model servers serve to anyone (orca.polled): SGLang's /v1/loads (PR 16976), also as
+# Prometheus text, and Prometheus' /metrics (vLLM's gauges); with the spellings a gateway must read as the same
+# path (a percent-encoded letter, a trailing or doubled ``/``, another letter case).
+LOAD_ENDPOINTS = (
+    "/v1/loads",
+    "/v1/loads?format=prometheus",
+    "/v1/load%73",
+    "/v1//loads/",
+    "/v1/LOADS",
+    "/metrics",
+    "/metrics/",
+)
+
+
+def load_endpoint_vectors() -> list[Vector]:
+    """Each load endpoint asked by a client without a certificate and without an opt-in, as SGLang's own clients
+    ask it (the endpoint needs none)."""
+    return [_vector(NO_OPT_IN, NO_CERT, protocol, path, LOAD_ENDPOINT_GROUP)
+            for path in LOAD_ENDPOINTS for protocol in TLS_PROTOCOLS]  # fmt: skip
+
+
 def flip(secret: str, index: int, rng: random.Random) -> str:
     """``secret`` with the character at ``index`` replaced by another character of the secret alphabet."""
     index %= len(secret)
@@ -376,6 +398,7 @@ def build_vectors(
             out.append(_vector(grpc, identity, protocol, oob.PATH, OOB_GROUP, "POST", body))
     for v in others:
         out.append(_vector(v, NO_CERT, "h2", oob.PATH, OOB_GROUP, "POST", body))
+    out += load_endpoint_vectors()
     for identity in identities:
         for v in impersonation_variants():
             for protocol in TLS_PROTOCOLS:

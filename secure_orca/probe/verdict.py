@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from secure_orca.orca import oob
+from secure_orca.orca import oob, polled
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import ORCA_HEADERS
 from secure_orca.orca.report import OrcaFormatError, parse_text
@@ -21,6 +21,7 @@ from secure_orca.probe.vectors import (
     FORGED_EXTRA_KEY,
     FORGED_VALUES,
     FORMAT_HEADER,
+    LOAD_ENDPOINT_GROUP,
     NO_CERT,
     Protocol,
     Vector,
@@ -81,11 +82,30 @@ def find_orca(
     return found
 
 
-def classify(exchange: Exchange, protocol: Protocol, with_cert: bool = False) -> tuple[Outcome, str]:
+def load_in_body(exchange: Exchange) -> str | None:
+    """Which load endpoint's answer the body is (a 200 that ``orca.polled`` reads as load), or None."""
+    if exchange.status != 200:
+        return None
+    for source in polled.PARSERS:
+        try:
+            polled.parse(source, exchange.body)
+        except OrcaFormatError:
+            continue
+        return f"body {source}"
+    return None
+
+
+def classify(
+    exchange: Exchange, protocol: Protocol, with_cert: bool = False, load_endpoint: bool = False
+) -> tuple[Outcome, str]:
     """The outcome of one vector and a one-line detail. ``with_cert``: the client presented a certificate, so a
     connection closed before any response counts as a refused handshake (with TLS 1.3 the server refuses a
-    client certificate after the client's side of the handshake has completed)."""
+    client certificate after the client's side of the handshake has completed). ``load_endpoint``: a body that
+    reads as a model server's load (``load_in_body``) is a leak too."""
     leaks = find_orca(exchange.headers, exchange.trailers, exchange.body)
+    found = load_in_body(exchange) if load_endpoint else None
+    if found:
+        leaks.append(found)
     if leaks:
         return "leak", ", ".join(leaks)
     if exchange.status is not None and exchange.error_kind is None:
@@ -224,6 +244,8 @@ def asked_with(result: VectorResult) -> str:
     ``TEXT; secret=wrong`` and ``TEXT`` with forged identity headers too, and those are one hole, not three."""
     if all(where == STREAM_FOUND for where in result.detail.split(", ")):
         return f"POST {oob.PATH}"
+    if result.vector.group == LOAD_ENDPOINT_GROUP and result.detail.startswith("body "):
+        return f"GET {result.vector.path}"
     names = dict.fromkeys(n.strip().lower().decode("latin-1") for n, _ in result.vector.headers)
     asking = [n for n in names if n.encode() in _ASKING]
     return ", ".join(asking) if asking else "no opt-in header"

@@ -264,6 +264,11 @@ def layers(
     authenticators = replace(
         config.authentication.authenticators, tokens=TokenFile(material.tokens) if material.tokens else None
     )
+    built: list[ASGIApp] = [demo.app]  # the layers built so far, innermost first
+
+    def proxy_below() -> ProxyApp | None:
+        return _find_proxy(config, Stack(tuple(built)))
+
     order: list[Wrap | None] = [
         demo.with_work if config.backend.demo_work else None,
         _proxy(config, material, reports) if config.backend.routes else None,
@@ -279,10 +284,9 @@ def layers(
             on_decision=hooks.on_decision,
             on_stripped=hooks.on_stripped,
         ),
-        _oob(config, trust, sampler, reports) if config.oob is not None else None,
+        _oob(config, trust, sampler, reports, proxy_below) if config.oob is not None else None,
         (lambda inner: AuditMiddleware(inner, audit)) if audit is not None else None,  # outermost
     ]
-    built: list[ASGIApp] = [demo.app]
     for wrap in order:
         if wrap is not None:
             built.append(wrap(built[-1]))
@@ -298,19 +302,31 @@ def _proxy(config: ServeConfig, material: Material, reports: BackendReports | No
     return lambda inner: ProxyApp(backend.routes, inner, backend.limits, material.proxy_client, reports, require)
 
 
-def _oob(config: ServeConfig, trust: TrustService, sampler: Sampler, reports: BackendReports | None) -> Wrap:
-    """The out-of-band service; its reports carry the backends' load when a route says so."""
+def _oob(
+    config: ServeConfig,
+    trust: TrustService,
+    sampler: Sampler,
+    reports: BackendReports | None,
+    proxy_below: Callable[[], ProxyApp | None],
+) -> Wrap:
+    """The out-of-band service; its reports carry the backends' load when a route says so (polled, when a route
+    has ``load-poll``, through the proxy built below it)."""
     assert config.oob is not None
     bounds, load = config.oob, config.load_metrics
-    source = sampler
-    if reports is not None and any(route.report != "local" for route in config.backend.routes):
+
+    def source() -> Sampler:
+        proxy = proxy_below()
+        if proxy is None or reports is None or all(route.report == "local" for route in config.backend.routes):
+            return sampler
         from secure_orca.server.proxy.backendload import WithBackendLoad
 
-        source = cast(Sampler, WithBackendLoad(sampler, reports))  # OobService reads only ``.report``
+        carrying = WithBackendLoad.of(sampler, reports, proxy, config.backend.routes, bounds.min_interval)
+        return cast(Sampler, carrying)  # OobService reads only ``.report``
+
     return lambda inner: OobService(
         inner,
         trust,
-        source,
+        source(),
         enabled=load.enabled,
         decimals=load.decimals,
         min_interval=bounds.min_interval,

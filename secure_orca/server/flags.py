@@ -75,6 +75,7 @@ ROUTE_CHOICES = {
     "authorization": ("strip", "pass"),  # whether the client's Authorization reaches the backend
     "report": ("local", "backend", "merged"),  # whose load an entitled caller's report carries
     "backend-format": ("text", "json"),  # the endpoint-load-metrics-format the backend is asked in
+    "load-poll": ("vllm-metrics", "sglang-loads"),  # the backend's load endpoint polled for the out-of-band stream
 }
 ROUTE_DURATIONS = ("first-byte-timeout", "idle-timeout", "total-timeout")  # each a duration or "off"
 ROUTE_NAMES = ("utilization-metric",)  # a backend's named metric, as ORCA names them

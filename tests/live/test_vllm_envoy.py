@@ -38,6 +38,15 @@ def completions(url: str, ca: str, count: int) -> Iterator[int]:
             yield http.post(f"{url}/v1/completions", json=COMPLETION).status_code
 
 
+def shares_after_warming(d: lb.Deployment, ca: str) -> tuple[dict[int, float], dict[int, float]]:
+    """150 completions through Envoy to warm it (blackout period, first weights), then 200 more: each replica's
+    share of those (Envoy's rq_total) and Envoy's weights after them."""
+    assert 200 in set(completions(d.envoy.url, ca, 150))
+    before = rq_totals(d.envoy)
+    assert set(completions(d.envoy.url, ca, 200)) == {200}
+    return shares_of(d.envoy, before), {h.port: h.weight for h in d.envoy.clusters()}
+
+
 def test_a_busier_backend_gets_less_traffic(dev_pki: pki.DevPKI) -> None:
     with ExitStack() as stack:
         busy = stack.enter_context(vllm_like("--busy", "0.8", "--token-interval", "0.001"))
@@ -48,12 +57,7 @@ def test_a_busier_backend_gets_less_traffic(dev_pki: pki.DevPKI) -> None:
         ]
         d = stack.enter_context(lb.deployment(dev_pki, argvs, option="front-proxy", timing=envoy.TEST_TIMING))
         hot, cold = d.replicas
-        ca = str(dev_pki.cert("ca"))
-        assert 200 in set(completions(d.envoy.url, ca, 150))  # blackout period and first weights (Envoy warming)
-        before = rq_totals(d.envoy)
-        assert set(completions(d.envoy.url, ca, 200)) == {200}
-        shares = shares_of(d.envoy, before)
-        weights = {h.port: h.weight for h in d.envoy.clusters()}
+        shares, weights = shares_after_warming(d, str(dev_pki.cert("ca")))
     print(f"\nshare to the busier backend's replica {shares[hot.port]:.3f} (round robin 0.5); envoy weights {weights}")
     assert shares[hot.port] < 0.35, shares
     assert weights[hot.port] < weights[cold.port], weights

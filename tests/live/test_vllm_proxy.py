@@ -32,11 +32,16 @@ ROOT = Path(__file__).resolve().parents[2]
 LB = [("x-remote-user", "envoy-lb")]
 
 
+def vllm_like(*args: str) -> contextlib.AbstractContextManager[str]:
+    """The vLLM-like stand-in on a free loopback port, as a separate process: its URL."""
+    return standin("tests.live.vllm_like", *args)
+
+
 @contextlib.contextmanager
-def vllm_like(*args: str) -> Iterator[str]:
-    """The stand-in on a free loopback port, as a separate process: its URL."""
+def standin(module: str, *args: str, scheme: str = "http") -> Iterator[str]:
+    """The stand-in ``module`` (tests/live) on a free loopback port, as a separate process: its URL."""
     port = launch.free_port()
-    argv = [sys.executable, "-m", "tests.live.vllm_like", "--port", str(port), *args]
+    argv = [sys.executable, "-m", module, "--port", str(port), *args]
     process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
@@ -45,7 +50,7 @@ def vllm_like(*args: str) -> Iterator[str]:
                 break
             assert process.poll() is None and time.monotonic() < deadline, process.stderr and process.stderr.read()
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
+        yield f"{scheme}://127.0.0.1:{port}"
     finally:
         process.terminate()
         process.wait(timeout=10)

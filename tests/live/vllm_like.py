@@ -27,7 +27,7 @@ import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from secure_orca.server.asgi import Receive, Scope, Send
 
@@ -112,6 +112,8 @@ async def send_json(send: Send, status: int, payload: Any, extra: list[tuple[byt
 
 
 class App:
+    engine_class: ClassVar[type[Engine]] = Engine
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
@@ -207,13 +209,17 @@ class App:
         await send_json(send, 200, response, extra)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(app: type[App] = App, doc: str = __doc__ or "") -> None:
+    """Serve ``app`` over an Engine from the command line (plain HTTP/1.1, or TLS with --certfile/--keyfile,
+    HTTP/1.1 only as uvicorn serves vLLM and SGLang), until killed."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--token-interval", type=float, default=0.05)
     parser.add_argument("--kv-capacity", type=int, default=64)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--busy", type=float, default=0.0, help="a fixed extra share of KV cache in use (0-1)")
+    parser.add_argument("--certfile", help="serve TLS with this certificate (and --keyfile)")
+    parser.add_argument("--keyfile")
     args = parser.parse_args()
 
     from hypercorn.asyncio import serve
@@ -224,11 +230,14 @@ def main() -> None:
     config.accesslog = None
     config.keep_alive_timeout = 75
     config.backlog = 1024
+    if args.certfile:
+        config.certfile, config.keyfile = args.certfile, args.keyfile
+        config.alpn_protocols = ["http/1.1"]
 
     async def run() -> None:
-        engine = Engine(args.token_interval, args.kv_capacity, args.max_num_seqs, args.busy)
+        engine = app.engine_class(args.token_interval, args.kv_capacity, args.max_num_seqs, args.busy)
         print("ready", flush=True)
-        await serve(App(engine), config)  # type: ignore[arg-type]
+        await serve(app(engine), config)  # type: ignore[arg-type]
 
     asyncio.run(run())
 

@@ -46,9 +46,10 @@ def test_vectors_cover_every_protocol_identity_and_path() -> None:
     assert len(names) == len(set(names))
     assert {v.protocol for v in vectors} == set(probe_vectors.PROTOCOLS)
     assert {v.identity for v in vectors} == {"none", "self-signed", "wrong-ca", "expired", "wrong-eku"}
-    assert {v.path for v in vectors} == {"/version", "/proxied/x", probe_vectors.SELF_SUBJECT_REVIEWS, oob.PATH}
+    assert {v.path for v in vectors} == {"/version", "/proxied/x", probe_vectors.SELF_SUBJECT_REVIEWS, oob.PATH,
+                                         *probe_vectors.LOAD_ENDPOINTS}  # fmt: skip
     assert {v.group for v in vectors} == {
-        "identity", "header", "secret", "path", "cleartext", "impersonation", "spelling", "oob"
+        "identity", "header", "secret", "path", "cleartext", "impersonation", "spelling", "oob", "load-endpoint"
     }  # fmt: skip
     variants = {v.variant for v in vectors}
     assert {"no-opt-in", "TEXT", "JSON", "BIN", "lowercase", "duplicate", "long-value", "non-ascii-utf8"} <= variants

@@ -8,7 +8,14 @@ from secure_orca.authn.user import UserInfo
 from secure_orca.errors import FlagError
 from secure_orca.server.authentication import FRONT_PROXY_KEY, USER_KEY
 from secure_orca.server.flags import parse_proxy
-from secure_orca.server.proxy.forward import InFlight, error_body, forwarded_headers, limit_key, upstream_target
+from secure_orca.server.proxy.forward import (
+    InFlight,
+    error_body,
+    forwarded_headers,
+    limit_key,
+    load_endpoint,
+    upstream_target,
+)
 
 
 def test_route_options_are_parsed_and_checked() -> None:
@@ -84,3 +91,42 @@ def test_in_flight_keys_and_limits() -> None:
     in_flight.release(("anonymous", "a"))
     assert in_flight.acquire(("anonymous", "a"))
     assert in_flight.counts == {("anonymous", "a"): 1, ("user", "lb"): 3}
+
+
+@pytest.mark.parametrize(
+    ("target", "gated"),
+    [
+        (b"/v1/loads", True),
+        (b"/v1/loads?format=prometheus", True),
+        (b"/v1/load%73", True),
+        (b"/v1//loads/", True),
+        (b"/V1/LOADS", True),
+        (b"/v1/loads/x", True),
+        (b"/metrics", True),
+        (b"//metrics/", True),
+        (b"/%6Detrics", True),
+        (b"/metrics/foo", True),
+        (b"/v1/loadsx", False),
+        (b"/v1/models", False),
+        (b"/metricsx", False),
+        (b"/v2/metrics", False),
+        (b"/?/metrics", False),
+    ],
+)
+def test_the_backends_load_endpoints_are_recognised_in_every_spelling(target: bytes, gated: bool) -> None:
+    assert load_endpoint(target) is gated
+
+
+def test_a_polled_route_carries_the_backends_load_and_only_one_route_is_polled() -> None:
+    from secure_orca.server.options.backend import _poll_problems
+
+    assert _poll_problems(["/v1=http://h/v1;report=merged;load-poll=sglang-loads"]) == []
+    assert _poll_problems(["/v1=http://h/v1;load-poll=vllm-metrics"]) == [
+        "--proxy /v1: load-poll needs report=backend or report=merged"
+    ]
+    two = ["/a=http://h;report=backend;load-poll=vllm-metrics", "/b=http://i;report=merged;load-poll=sglang-loads"]
+    assert _poll_problems(two) == [
+        "--proxy: load-poll on more than one route (the out-of-band stream carries one backend's load)"
+    ]
+    with pytest.raises(FlagError):
+        parse_proxy("/v1=http://h/v1;load-poll=triton")

@@ -31,6 +31,7 @@ class RouteSettings:
     report: str = "local"
     backend_format: str = "text"
     utilization_metric: str = ""  # a backend named metric carried as application_utilization ("": none)
+    load_poll: str = ""  # the backend's load endpoint polled for the out-of-band stream (orca.polled; "": none)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PREFIX=URL[;key=value...]",
         help="proxy PREFIX to URL (repeatable); options: first-byte-timeout, idle-timeout, total-timeout "
         "(duration or off), errors=kube|openai, authorization=strip|pass, report=local|backend|merged, "
-        "backend-format=text|json, utilization-metric=NAME (docs/operations.md)",
+        "backend-format=text|json, utilization-metric=NAME, load-poll=vllm-metrics|sglang-loads (docs/operations.md)",
     )
     a("--proxy-timeout", default="30s", help="default idle-timeout: the longest silence between reads (or off)")
     a("--proxy-first-byte-timeout", default="5m", help="default first-byte-timeout of a route (or off)")
@@ -133,10 +134,24 @@ def validate(args: argparse.Namespace) -> list[str]:
     out += [
         f"{flag}: must be between 1 and 100000" for flag, name in _COUNT_FLAGS if not 1 <= getattr(args, name) <= 100000
     ]
+    out += _poll_problems(args.proxy)
     prefixes = [spec.split("=", 1)[0] for spec in args.proxy]
     out += [f"--proxy: prefix {p} given twice" for p in sorted({p for p in prefixes if prefixes.count(p) > 1})]
     if (args.proxy_client_cert_file is None) != (args.proxy_client_key_file is None):
         out.append(f"{flags.PROXY_CERT} and {flags.PROXY_KEY} must be given together")
+    return out
+
+
+def _poll_problems(specs: list[str]) -> list[str]:
+    """A polled route must carry the backend's load (report=backend or merged), and one route at most is polled:
+    the out-of-band stream carries one backend's load."""
+    routes = [route for spec in specs if not problem("--proxy", functools.partial(parse_proxy, spec))
+              for route in [parse_proxy(spec)]]  # fmt: skip
+    polled = [route for route in routes if route.option("load-poll", "")]
+    out = [f"--proxy {route.prefix}: load-poll needs report=backend or report=merged"
+           for route in polled if route.option("report", "local") == "local"]  # fmt: skip
+    if len(polled) > 1:
+        out.append("--proxy: load-poll on more than one route (the out-of-band stream carries one backend's load)")
     return out
 
 
@@ -157,6 +172,7 @@ def resolve(route: ProxyRoute, args: argparse.Namespace) -> RouteSettings:
         report=route.option("report", "local"),
         backend_format=route.option("backend-format", "text"),
         utilization_metric=route.option("utilization-metric", ""),
+        load_poll=route.option("load-poll", ""),
     )
 
 

@@ -23,6 +23,7 @@ whatever ORCA headers an upstream returns are removed by the middleware on the w
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -34,6 +35,7 @@ import httpx
 from secure_orca.authn.requestheader import upstream_headers
 from secure_orca.authn.user import ANONYMOUS
 from secure_orca.credentials.kinds import KeyPair
+from secure_orca.orca import polled
 from secure_orca.orca.dialect import DIALECT_BYTES, DIALECT_SPELLINGS
 from secure_orca.orca.headers import spellings
 from secure_orca.server.asgi import NO_BODY_STATUSES, ASGIApp, Message, Receive, Scope, Send, respond, respond_json
@@ -42,6 +44,7 @@ from secure_orca.server.http.control import STREAM_CONTROL_KEY
 from secure_orca.server.options.backend import ProxyLimits, RouteSettings
 from secure_orca.server.proxy.backendload import GRANT_KEY, REPORT_KEY, BackendReports, Grant
 from secure_orca.server.proxy.metrics import RouteMetrics
+from secure_orca.server.proxy.poller import LoadPoller
 from secure_orca.server.proxy.upstream import Response, UpstreamError, UpstreamPool
 from secure_orca.server.trust import chain_key
 
@@ -91,6 +94,20 @@ def steered_path(raw_path: bytes, prefix: str) -> bytes | None:
     if not (text == prefix or text.startswith(prefix.rstrip("/") + "/")):
         return None
     return raw_path
+
+
+# The backends' own load endpoints, served by vLLM, SGLang and Triton to anyone (orca.polled.PATHS, and
+# Prometheus' /metrics on every one of them): proxied only for a request whose load report the policy granted.
+LOAD_PATHS = tuple(sorted({*polled.PATHS.values(), "/metrics"}))
+LOAD_ENDPOINT_REFUSED = "the backend's load endpoint is served to entitled load readers only"
+
+
+def load_endpoint(target: bytes) -> bool:
+    """Whether the request target reaches a backend's load endpoint (pure): its path decoded, letter case folded,
+    repeated and trailing ``/`` ignored, equal to a LOAD_PATHS entry or below one."""
+    path = unquote_to_bytes(target.partition(b"?")[0]).decode("latin-1").lower()
+    path = "/" + "/".join(part for part in path.split("/") if part)
+    return any(path == load or path.startswith(load + "/") for load in LOAD_PATHS)
 
 
 def forwardable(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -150,7 +167,14 @@ def error_body(dialect: str, code: int, message: str = "") -> dict[str, object]:
     return body
 
 
-_KUBE_REASONS = {400: "BadRequest", 408: "Timeout", 429: "TooManyRequests", 502: "BadGateway", 504: "Timeout"}
+_KUBE_REASONS = {
+    400: "BadRequest",
+    403: "Forbidden",
+    408: "Timeout",
+    429: "TooManyRequests",
+    502: "BadGateway",
+    504: "Timeout",
+}
 BAD_REQUEST = error_body("kube", 400)
 # kube's max-in-flight filter answers 429 with ``Retry-After: 1`` (k8s.io/apiserver
 # 008b3652959ca58af8be3fb5b6ecfe9ae7638282, pkg/server/filters/maxinflight.go, tooManyRequests).
@@ -274,6 +298,7 @@ class ProxyApp:
         self.fallback = fallback
         self.in_flight = InFlight(limits.max_in_flight_per_user, limits.max_in_flight_anonymous)
         self.reports = reports
+        self.poller: LoadPoller | None = None
         self.metrics = RouteMetrics()
         tls = httpx.create_ssl_context()  # httpx's default trust (SSL_CERT_FILE when set)
         if client_cert is not None:
@@ -339,6 +364,10 @@ class ProxyApp:
         url = self.upstream_target(route, scope)
         if url is None or framing_conflict(scope["headers"]):
             await self.refuse(route, send, 400, close=True)
+            return
+        if load_endpoint(url) and GRANT_KEY not in scope:
+            log.info("proxy %s: a backend load endpoint asked without entitlement; refused", route.prefix)
+            await self.refuse(route, send, 403, LOAD_ENDPOINT_REFUSED)
             return
         key = limit_key(scope)
         if not self.in_flight.acquire(key):
@@ -518,7 +547,19 @@ class ProxyApp:
         self.last_down = down
         return down
 
+    def load_poller(self, period: float) -> LoadPoller | None:
+        """The poller of the route with ``load-poll`` (at most one: options.backend), every ``period``."""
+        route = next((route for route in self.routes if route.load_poll), None)
+        if route is None or self.reports is None:
+            return None
+        timeout = min(self.reports.max_age, max(period, 1.0))
+        told = functools.partial(self.metrics.polled, route.prefix)
+        self.poller = LoadPoller(self.pools[route.prefix], route.load_poll, self.reports, period, timeout, told)
+        return self.poller
+
     async def aclose(self) -> None:
+        if self.poller is not None:
+            await self.poller.aclose()
         for pool in self.pools.values():
             await pool.aclose()
 

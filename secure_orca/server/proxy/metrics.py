@@ -24,6 +24,7 @@ class RouteMetrics:
         self.sums: dict[str, float] = {}
         self.errors: dict[tuple[str, str], int] = {}
         self.in_flight: dict[str, int] = {}
+        self.polls: dict[tuple[str, str], int] = {}  # (route, ok|failed): polls of a backend's load endpoint
 
     def add(self, prefix: str) -> None:
         self.buckets[prefix] = [0] * (len(BUCKETS) + 1)
@@ -52,6 +53,11 @@ class RouteMetrics:
     def upstream_error(self, prefix: str, kind: str) -> None:
         self.errors[(prefix, kind)] += 1
 
+    def polled(self, prefix: str, ok: bool) -> None:
+        """A poll of the route's backend load endpoint (``load-poll``) gave a report, or failed."""
+        key = (prefix, "ok" if ok else "failed")
+        self.polls[key] = self.polls.get(key, 0) + 1
+
 
 class RouteCollector(Collector):
     def __init__(self, metrics: RouteMetrics) -> None:
@@ -59,13 +65,9 @@ class RouteCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         m = self.metrics
-        requests = CounterMetricFamily(
-            "secure_orca_proxy_request",
-            "Proxied requests by route prefix and HTTP status code.",
-            labels=["route", "code"],
-        )
-        for (prefix, code), count in sorted(m.codes.items()):
-            requests.add_metric([prefix, str(code)], count)
+        codes = {(prefix, str(code)): count for (prefix, code), count in m.codes.items()}
+        requests = _counter("secure_orca_proxy_request", "Proxied requests by route prefix and HTTP status code.",
+                            ["route", "code"], codes)  # fmt: skip
         duration = HistogramMetricFamily(
             "secure_orca_proxy_request_duration_seconds",
             "Proxied request durations, from sending upstream to the response's end, by route prefix.",
@@ -77,13 +79,12 @@ class RouteCollector(Collector):
                 running += count
                 cumulative.append((bound, running))
             duration.add_metric([prefix], cumulative, m.sums[prefix])
-        errors = CounterMetricFamily(
+        errors = _counter(
             "secure_orca_proxy_upstream_errors",
             "Proxied requests whose backend failed, by route prefix and kind (timeout, unavailable, broken).",
-            labels=["route", "kind"],
+            ["route", "kind"],
+            m.errors,
         )
-        for (prefix, kind), count in sorted(m.errors.items()):
-            errors.add_metric([prefix, kind], count)
         in_flight = GaugeMetricFamily(
             "secure_orca_proxy_current_inflight_requests",
             "Proxied requests in flight now, by route prefix.",
@@ -91,4 +92,18 @@ class RouteCollector(Collector):
         )
         for prefix, count in sorted(m.in_flight.items()):
             in_flight.add_metric([prefix], count)
-        yield from (requests, duration, errors, in_flight)
+        polls = _counter(
+            "secure_orca_proxy_load_polls",
+            "Polls of a backend's load endpoint for the out-of-band stream, by route prefix and result (ok, failed).",
+            ["route", "result"],
+            m.polls,
+        )
+        yield from (requests, duration, errors, in_flight, polls)
+
+
+def _counter(name: str, doc: str, labels: list[str], counts: dict[tuple[str, str], int]) -> CounterMetricFamily:
+    """A counter family with one sample per label pair, in sorted order."""
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for values, count in sorted(counts.items()):
+        family.add_metric(list(values), count)
+    return family
