@@ -8,6 +8,8 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from secure_orca.server.refusals import KUBE_ONLY, RouteDialects, error_body
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -60,13 +62,8 @@ async def read_body(receive: Receive, limit: int | None = None) -> bytes | None:
             return b"".join(chunks)
 
 
-def _refusal(status: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": status}  # fmt: skip
-
-
-TIMED_OUT = _refusal(408, "Timeout", "the request body did not arrive within the request timeout")
-TOO_MANY_PENDING = _refusal(408, "TooManyPendingBodies", "too many request bodies pending on this connection")
+TIMED_OUT = ("Timeout", "the request body did not arrive within the request timeout")
+TOO_MANY_PENDING = ("TooManyPendingBodies", "too many request bodies pending on this connection")
 _DISCONNECT: Message = {"type": "http.disconnect"}
 
 
@@ -81,8 +78,15 @@ class BodyDeadline:
     it still sends goes nowhere. 408 is not an error in the load report (only 429 and 5xx are): no client can
     raise ``eps`` by stalling."""
 
-    def __init__(self, app: ASGIApp, timeout: float = REQUEST_TIMEOUT, max_pending: int = MAX_PENDING_BODIES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        timeout: float = REQUEST_TIMEOUT,
+        max_pending: int = MAX_PENDING_BODIES,
+        errors: RouteDialects = KUBE_ONLY,
+    ) -> None:
         self.app = app
+        self.errors = errors  # the 408's dialect per route (server.refusals)
         self.timeout = timeout
         self.max_pending = max_pending
         self.pending: dict[Any, int] = {}  # per connection (the client's address and port)
@@ -108,10 +112,12 @@ class _Body:
         self.deadline: float | None = None
         self.complete = self.refused = self.started = False
 
-    async def refuse(self, payload: dict[str, Any]) -> Message:
+    async def refuse(self, why: tuple[str, str]) -> Message:
         self.refused = True
         if not self.started:
             closing = [(b"connection", b"close")] if self.scope.get("http_version", "1.1") != "2" else []
+            reason, message = why
+            payload = error_body(self.guard.errors.of(self.scope.get("path", "")), 408, message, reason)
             await respond_json(self.upstream_send, 408, payload, closing)
         return _DISCONNECT
 

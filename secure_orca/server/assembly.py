@@ -23,6 +23,7 @@ from secure_orca.server.http.tls import make_server_context
 from secure_orca.server.metrics import Metrics
 from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.oob import OobService
+from secure_orca.server.refusals import RouteDialects
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler
 from secure_orca.server.trust import TrustService, authority_from
@@ -232,11 +233,13 @@ def build_app(
         proxy = ProxyApp(config.backend.routes, backend, config.backend.limits, material.proxy_client, reports, require)
         inner = proxy
     tokens = TokenFile(material.tokens) if material.tokens else None
+    errors = RouteDialects([(route.prefix, route.errors) for route in config.backend.routes])
     authenticated = AuthenticationMiddleware(
-        BodyDeadline(inner, config.serving.request_timeout),  # every route's request body has a deadline
+        BodyDeadline(inner, config.serving.request_timeout, errors=errors),  # every route's body has a deadline
         replace(config.authentication.authenticators, tokens=tokens),
         trust,
         observe=hooks.observe,
+        errors=errors,
     )
     # Load reports are decided outside authentication, exactly as before it existed (a 401 is a response too).
     middleware = LoadReportMiddleware(
