@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from secure_orca.orca import dialect
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.report import DEFAULT_DECIMALS, LoadReport, encode_text
 
@@ -218,6 +219,21 @@ class Sampler:
         self.cpu_seconds = 0.0  # CPU the ticks used (thread time of the event loop during each tick)
         self._history: deque[tuple[float, float, int, int]] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._formats: tuple[tuple[bytes, bytes] | None, dict[str, tuple[bytes, bytes]]] = (None, {})
+
+    def header_in(self, fmt: str) -> tuple[bytes, bytes] | None:
+        """The current report as the caller's opt-in asked for it: ``TEXT`` is ``header``; ``JSON`` and ``BIN``
+        (``orca.dialect.encode``) are encoded at most once per sample, on the first request that asks."""
+        header, report = self.header, self.report
+        if fmt == "TEXT" or header is None or report is None:
+            return header
+        made_for, made = self._formats
+        if made_for is not header:
+            made = {}
+            self._formats = (header, made)
+        if fmt not in made:
+            made[fmt] = dialect.encode(report, fmt, self.decimals)
+        return made[fmt]
 
     def totals(self) -> tuple[float, int, int, int]:
         """CPU seconds used, requests, errors (all cumulative) and requests in flight, now: this process's.
