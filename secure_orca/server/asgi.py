@@ -21,9 +21,11 @@ Headers = list[tuple[bytes, bytes]]
 
 NO_BODY_STATUSES = frozenset({204, 304})
 REQUEST_TIMEOUT = 60.0  # kube-apiserver's --request-timeout default (k8s.io/apiserver pkg/server/config.go)
-# Requests of one connection that may wait for their body at once. An HTTP/2 connection carries at most 100
-# streams (hypercorn's h2_max_concurrent_streams); a load balancer multiplexes its clients' uploads on a few
-# connections, but a body that keeps coming waits only between its DATA frames.
+# Requests of one connection that may wait for their body at once, when their caller is anonymous. An
+# authenticated caller's requests may all wait: at most the connection's SETTINGS_MAX_CONCURRENT_STREAMS
+# (--http2-max-streams-per-connection), each within --request-timeout, each body bounded by its stream's
+# flow-control window. A load balancer multiplexes its clients' uploads on a few connections (issue 39: 200
+# concurrent completions from one load balancer); an anonymous client gets no such room.
 MAX_PENDING_BODIES = 32
 log = logging.getLogger("secure_orca.server")
 
@@ -73,9 +75,11 @@ class BodyDeadline:
     non-long-running request (k8s.io/apiserver pkg/server/filters/timeout.go,
     WithTimeoutForNonLongRunningRequests; kube answers its handler's overrun with 504, a body that does not
     come gets 408 here). And at most ``max_pending`` requests of one connection may wait for their body at
-    once. Either refusal is a 408 Status (HTTP/1.1: ``Connection: close``, the unread body must not be read
-    as a request); the application then receives ``http.disconnect``, as when a client leaves, and whatever
-    it still sends goes nowhere. 408 is not an error in the load report (only 429 and 5xx are): no client can
+    once, unless ``authenticated(scope)`` holds for the request: then ``streams`` (the connection's stream
+    limit), so an authenticated load balancer may upload on every stream it is allowed. Either refusal is a
+    408 (HTTP/1.1: ``Connection: close``, the unread body must not be read as a request) in the route's
+    dialect (``errors``); the application then receives ``http.disconnect``, as when a client leaves, and
+    whatever it still sends goes nowhere. 408 is not an error in the load report (only 429 and 5xx are): no client can
     raise ``eps`` by stalling."""
 
     def __init__(
@@ -84,8 +88,12 @@ class BodyDeadline:
         timeout: float = REQUEST_TIMEOUT,
         max_pending: int = MAX_PENDING_BODIES,
         errors: RouteDialects = KUBE_ONLY,
+        authenticated: Callable[[Scope], bool] | None = None,
+        streams: int = MAX_PENDING_BODIES,
     ) -> None:
         self.app = app
+        self.authenticated = authenticated
+        self.streams = max(streams, max_pending)
         self.errors = errors  # the 408's dialect per route (server.refusals)
         self.timeout = timeout
         self.max_pending = max_pending
@@ -130,8 +138,11 @@ class _Body:
         if self.deadline is None:
             self.deadline = loop.time() + guard.timeout
         connection = tuple(self.scope.get("client") or ())
-        if guard.pending.get(connection, 0) >= guard.max_pending:
-            log.info("request refused: %d request bodies already pending on its connection", guard.max_pending)
+        bound = guard.max_pending
+        if guard.authenticated is not None and guard.authenticated(self.scope):
+            bound = guard.streams
+        if guard.pending.get(connection, 0) >= bound:
+            log.info("request refused: %d request bodies already pending on its connection", bound)
             return await self.refuse(TOO_MANY_PENDING)
         guard.pending[connection] = guard.pending.get(connection, 0) + 1
         try:

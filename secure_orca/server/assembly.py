@@ -16,13 +16,14 @@ from secure_orca.credentials.loader import Material
 from secure_orca.server import demo
 from secure_orca.server.asgi import ASGIApp, BodyDeadline, Scope
 from secure_orca.server.audit.log import AuditLog, AuditMiddleware, KnownSecrets, open_sink, record_of
-from secure_orca.server.authentication import AuthenticationMiddleware
+from secure_orca.server.authentication import AuthenticationMiddleware, is_authenticated
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.http.serve import ServerOptions, serve
 from secure_orca.server.http.tls import make_server_context
 from secure_orca.server.metrics import Metrics
 from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.oob import OobService
+from secure_orca.server.options.serving import H2_DEFAULT_STREAMS
 from secure_orca.server.refusals import RouteDialects
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler
@@ -102,6 +103,7 @@ class Server:
             goaway_chance=config.serving.goaway_chance,
             access_log=verbose,
             handshake=config.serving.handshake,
+            h2_max_streams=config.serving.h2_max_streams,
         )
         if metrics is not None:
             metrics.watch_handshakes(options.handshake_stats)
@@ -234,8 +236,11 @@ def build_app(
         inner = proxy
     tokens = TokenFile(material.tokens) if material.tokens else None
     errors = RouteDialects([(route.prefix, route.errors) for route in config.backend.routes])
+    streams = config.serving.h2_max_streams or H2_DEFAULT_STREAMS
     authenticated = AuthenticationMiddleware(
-        BodyDeadline(inner, config.serving.request_timeout, errors=errors),  # every route's body has a deadline
+        BodyDeadline(  # every route's body has a deadline; an authenticated caller may wait on all its streams
+            inner, config.serving.request_timeout, errors=errors, authenticated=is_authenticated, streams=streams
+        ),
         replace(config.authentication.authenticators, tokens=tokens),
         trust,
         observe=hooks.observe,

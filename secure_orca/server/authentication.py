@@ -27,7 +27,7 @@ from secure_orca.authn.requestheader import STANDARD, IdentityHeaders, RequestHe
 from secure_orca.authn.review import UNAUTHORIZED_STATUS
 from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
-from secure_orca.authn.user import UserInfo
+from secure_orca.authn.user import ANONYMOUS, UserInfo
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
 from secure_orca.server.refusals import KUBE_ONLY, RouteDialects, error_body
 from secure_orca.server.trust import TrustService, chain_key, peer
@@ -74,6 +74,12 @@ def _leaf(pem: str) -> x509.Certificate | None:
 def current_user(scope: Scope) -> UserInfo | None:
     user = scope.get(USER_KEY)
     return user if isinstance(user, UserInfo) else None
+
+
+def is_authenticated(scope: Scope) -> bool:
+    """Whether the request's user is someone (not ``system:anonymous``, not unauthenticated)."""
+    user = current_user(scope)
+    return user is not None and user.name != ANONYMOUS
 
 
 class AuthenticationMiddleware:

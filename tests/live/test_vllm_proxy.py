@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from secure_orca import pki
+from secure_orca.h2client import ReadDeadline
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN
 from secure_orca.orca.report import parse_text
@@ -75,7 +76,7 @@ class Rig:
 def rig(dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert]) -> Iterator[Rig]:
     with vllm_like("--token-interval", "0.05") as backend:
         route = f"/v1={backend}/v1;report=backend;errors=openai;first-byte-timeout=10m"
-        flags = [*fp_flags(dev_pki), "--proxy", route]
+        flags = [*fp_flags(dev_pki), "--proxy", route, "--http2-max-streams-per-connection", str(ONE_CONNECTION)]
         with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
             yield Rig(replica, backend, dev_pki, client_certs["front-proxy"])
 
@@ -146,6 +147,33 @@ def test_200_concurrent_streams_from_one_load_balancer_all_complete(rig: Rig) ->
     assert statuses == [200] * STREAMS, {status: statuses.count(status) for status in set(statuses)}
     assert all(c.streams[s].body.endswith(b"data: [DONE]\n\n") for c, s in streams)
     print(f"{STREAMS} streams of 10 tokens 50 ms apart, one load balancer: all complete in {elapsed:.2f} s")
+
+
+ONE_CONNECTION = 256  # SETTINGS_MAX_CONCURRENT_STREAMS: above the 200 of the target
+
+
+def test_200_concurrent_streams_on_one_connection_all_complete(rig: Rig) -> None:
+    """One HTTP/2 connection, as one Envoy cluster connection carries them: every request's headers first, its
+    body only after every request waits for one (a load balancer forwards headers before the client's upload
+    ends). Failed before: 408 TooManyPendingBodies beyond 32 waiting bodies per connection (and 100 streams)."""
+    body = json.dumps({**COMPLETION, "max_tokens": 10, "stream": True}).encode()
+    client = rig.h2()
+    started = time.monotonic()
+    try:
+        headers = [*LB, ("content-type", "application/json")]
+        streams = [client.start("POST", "/v1/completions", headers) for _ in range(STREAMS)]
+        with contextlib.suppress(ReadDeadline):
+            client.read_until(lambda: False, 0.5)  # every request now waits for its body
+        for stream in streams:
+            client.data(stream, body)
+        assert client.pump_until_ended(*streams)
+    finally:
+        client.close()
+    elapsed = time.monotonic() - started
+    statuses = [client.streams[s].status for s in streams]
+    assert statuses == [200] * STREAMS, {status: statuses.count(status) for status in set(statuses)}
+    assert all(client.streams[s].body.endswith(b"data: [DONE]\n\n") for s in streams)
+    print(f"{STREAMS} streams on one connection, bodies after their headers: all complete in {elapsed:.2f} s")
 
 
 def test_h2_reset_reaches_the_backend(rig: Rig) -> None:
