@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,31 +23,15 @@ from secure_orca.orca.report import parse_text
 from tests import proxied
 from tests.conftest import ClientCert, fp_flags
 from tests.hostile.h2client import H2Client
+from tests.live.standin_process import running
 from tests.replicas import run_replicas
 
-ROOT = Path(__file__).resolve().parents[2]
 LB = [("x-remote-user", "envoy-lb")]
 
 
-@contextlib.contextmanager
-def vllm_like(*args: str) -> Iterator[str]:
+def vllm_like(*args: str) -> contextlib.AbstractContextManager[str]:
     """The stand-in on a free loopback port, as a separate process: its URL."""
-    port = launch.free_port()
-    argv = [sys.executable, "-m", "tests.live.vllm_like", "--port", str(port), *args]
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            assert process.poll() is None and time.monotonic() < deadline, process.stderr and process.stderr.read()
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        err = process.stderr.read() if process.stderr else ""
-        assert "Traceback" not in err, err
+    return running("vllm_like", *args)
 
 
 def generations(url: str) -> list[dict[str, Any]]:

@@ -214,6 +214,8 @@ def main() -> None:
     parser.add_argument("--kv-capacity", type=int, default=64)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--busy", type=float, default=0.0, help="a fixed extra share of KV cache in use (0-1)")
+    parser.add_argument("--certfile", help="serve over TLS with this certificate (vLLM's --ssl-certfile)")
+    parser.add_argument("--keyfile")
     args = parser.parse_args()
 
     from hypercorn.asyncio import serve
@@ -224,6 +226,9 @@ def main() -> None:
     config.accesslog = None
     config.keep_alive_timeout = 75
     config.backlog = 1024
+    if args.certfile:
+        config.certfile, config.keyfile = args.certfile, args.keyfile
+        config.alpn_protocols = ["http/1.1"]  # vLLM's uvicorn speaks HTTP/1.1
 
     async def run() -> None:
         engine = Engine(args.token_interval, args.kv_capacity, args.max_num_seqs, args.busy)
