@@ -24,14 +24,14 @@ so that ``secure-orca probe`` (TLS only) can audit the stand-in alone.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import re
 from typing import Any
 
 from secure_orca.server.asgi import Receive, Scope, Send
-from tests.live.vllm_like import read_json, send_json
+from tests.live import standin_process
+from tests.live.vllm_like import lifespan, read_json, send_json, send_text
 
 DIALECT = b"endpoint-load-metrics-format"
 MODEL = "tensorrt_llm"
@@ -87,15 +87,12 @@ class App:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         path, method = scope["path"], scope["method"]
         generate = _GENERATE.fullmatch(path)
         if path == "/metrics":
-            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-            await send({"type": "http.response.body", "body": self.engine.metrics_text()})
+            await send_text(send, self.engine.metrics_text())
         elif path == "/v2/health/ready":
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
             await send({"type": "http.response.body", "body": b""})
@@ -141,34 +138,15 @@ class App:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
+    parser = standin_process.parser(__doc__.splitlines()[0])
     parser.add_argument("--token-interval", type=float, default=0.01)
     parser.add_argument("--max-blocks", type=int, default=512)
     parser.add_argument("--tokens-per-block", type=int, default=64)
     parser.add_argument("--blocks-per-request", type=int, default=8)
     parser.add_argument("--busy", type=int, default=0, help="KV-cache blocks in use besides the running requests")
-    parser.add_argument("--certfile", help="serve over TLS with this certificate (for the probe; Triton has none)")
-    parser.add_argument("--keyfile")
     args = parser.parse_args()
-
-    from hypercorn.asyncio import serve
-    from hypercorn.config import Config
-
-    config = Config()
-    config.bind = [f"127.0.0.1:{args.port}"]
-    config.accesslog = None
-    config.backlog = 1024
-    if args.certfile:
-        config.certfile, config.keyfile = args.certfile, args.keyfile
-        config.alpn_protocols = ["http/1.1"]  # Triton's HTTP endpoint speaks HTTP/1.1 (libevhtp)
-
-    async def run() -> None:
-        engine = Engine(args.max_blocks, args.tokens_per_block, args.blocks_per_request, args.busy)
-        print("ready", flush=True)
-        await serve(App(engine, args.token_interval), config)  # type: ignore[arg-type]
-
-    asyncio.run(run())
+    engine = Engine(args.max_blocks, args.tokens_per_block, args.blocks_per_request, args.busy)
+    standin_process.serve(App(engine, args.token_interval), args)
 
 
 if __name__ == "__main__":
