@@ -99,6 +99,10 @@ class BodyDeadline:
         self.max_pending = max_pending
         self.pending: dict[Any, int] = {}  # per connection (the client's address and port)
 
+    def may_wait(self, scope: Scope, held: int) -> bool:
+        """Past ``max_pending``: whether this request may still wait (an authenticated caller, below ``streams``)."""
+        return self.authenticated is not None and held < self.streams and self.authenticated(scope)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -138,13 +142,11 @@ class _Body:
         if self.deadline is None:
             self.deadline = loop.time() + guard.timeout
         connection = tuple(self.scope.get("client") or ())
-        bound = guard.max_pending
-        if guard.authenticated is not None and guard.authenticated(self.scope):
-            bound = guard.streams
-        if guard.pending.get(connection, 0) >= bound:
-            log.info("request refused: %d request bodies already pending on its connection", bound)
+        held = guard.pending.get(connection, 0)
+        if held >= guard.max_pending and not guard.may_wait(self.scope, held):  # identity read only past the cap
+            log.info("request refused: %d request bodies already pending on its connection", held)
             return await self.refuse(TOO_MANY_PENDING)
-        guard.pending[connection] = guard.pending.get(connection, 0) + 1
+        guard.pending[connection] = held + 1
         try:
             async with asyncio.timeout_at(self.deadline):  # no task per read, unlike wait_for
                 message = await self.upstream_receive()
