@@ -1,5 +1,7 @@
-"""A test-only stand-in for a server that is not ours: it answers ``endpoint-load-metrics-format`` to anyone, as
-Triton's HTTP endpoint does (triton-inference-server PR 7839: ``text`` or ``json``, any caller, no credential).
+"""A test-only stand-in for a server that is not ours: it answers ``endpoint-load-metrics-format`` to anyone, on
+any path and method, roughly as Triton's HTTP endpoint does (triton-inference-server PR 7839: ``text`` or ``json``,
+any caller, no credential); a probe test's simple leaky peer, in a thread. The faithful one, its own process
+(generate routes only, the value compared as Triton compares it), is ``tests/live/triton_like.py``.
 HTTP/1.1 over TLS on loopback, like Triton's HTTP endpoint. ``header`` makes it answer another request header the
 same way, e.g. ``endpoint-load-metrics-request`` (the opt-in of KEP-6315, answered to anyone: option 1 without a
 load balancer in front). The format is the value's first token (``TEXT; secret=x`` asks for text), as a server

@@ -67,8 +67,8 @@ class Policy:
             request = optin.parse(optin_values)
         except optin.OptInError as refused:
             return decision(refused.reason)
-        if Mode.HEADER_ONLY in self.modes:
-            return DECISIONS[Reason.HEADER_ONLY]
+        if Mode.HEADER_ONLY in self.modes and request.format in optin.KEP_FORMATS:
+            return DECISIONS[Reason.HEADER_ONLY]  # the KEP's option 1 as written: TEXT, to anyone
         if Mode.FRONT_PROXY in self.modes and front_proxy.holds_at(now):
             return DECISIONS[Reason.FRONT_PROXY]
         if Mode.LOAD_READER in self.modes and load_reader.holds_at(now):
@@ -79,6 +79,8 @@ class Policy:
             if self.secrets.matches(request.secret):
                 return DECISIONS[Reason.SHARED_SECRET]
             return DECISIONS[Reason.WRONG_SECRET]
+        if Mode.HEADER_ONLY in self.modes:
+            return DECISIONS[Reason.UNSUPPORTED_FORMAT]  # JSON and BIN, this gateway's extension, need an entitlement
         for mode, checked in ((Mode.FRONT_PROXY, front_proxy), (Mode.LOAD_READER, load_reader)):
             if mode in self.modes:
                 return DECISIONS[refusal(checked)]  # a verified chain that lapsed is expired

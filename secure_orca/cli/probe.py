@@ -66,6 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help=f"path to request, repeatable (e.g. paths that reach proxied backends; default {DEFAULT_PATH})",
     )
+    a(
+        "--body",
+        metavar="JSON",
+        default="",
+        help="POST this JSON body to every --path instead of GET (a model server's completion endpoint, e.g. "
+        """'{"prompt": "hi", "max_tokens": 1}'; at most 64 KiB)""",
+    )
     a("--front-proxy-cn", metavar="NAME", help="CN of the minted certificates (default: --lb-cert's CN)")
     a("--control-url", metavar="URL", help="run the positive control against this URL instead (e.g. a backend)")
     a("--timing-samples", type=int, default=500, metavar="N", help="early/late pairs of the timing check (0: off)")
@@ -78,6 +85,22 @@ def _pair(cert: Path | None, key: Path | None, flag: str) -> None:
         raise UsageError(f"--{flag}-cert and --{flag}-key must be given together")
     if cert is not None and key is not None:
         loader.read_key_pair(cert, key, f"--{flag}-cert", f"--{flag}-key")
+
+
+MAX_BODY = 65536
+
+
+def _body(text: str) -> bytes:
+    """The --body flag: a JSON document (checked here, so a typo is not sent as the probe's every request)."""
+    if not text:
+        return b""
+    if len(text.encode()) > MAX_BODY:
+        raise UsageError(f"--body: longer than {MAX_BODY} bytes")
+    try:
+        json.loads(text)
+    except ValueError:
+        raise UsageError("--body: not a JSON document") from None
+    return text.encode()
 
 
 def _guess(path: Path) -> str:
@@ -126,6 +149,7 @@ def build_config(args: argparse.Namespace) -> ProbeConfig:
         lb_load_reader=args.lb_load_reader,
         client_ca_cert=args.client_ca_cert,
         client_ca_key=args.client_ca_key,
+        body=_body(args.body),
     )
 
 

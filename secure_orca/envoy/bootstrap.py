@@ -44,7 +44,7 @@ from secure_orca.orca.headers import OPTIN as OPTIN_HEADER
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.headers import REPORT_BIN as HEADER_BIN
 from secure_orca.orca.headers import REPORT_JSON as HEADER_JSON
-from secure_orca.orca.optin import header_value
+from secure_orca.orca.optin import SUPPORTED_FORMATS, header_value
 
 OPTIONS = ("front-proxy", "shared-secret", "front-proxy,shared-secret", "header-only", "load-reader")
 OOB_SERVICE_PREFIX = "/xds.service.orca.v3.OpenRcaService/"  # no client of the load balancer may call it
@@ -216,6 +216,7 @@ class LBConfig:
     node_id: str = "secure-orca-lb"
     extra: dict[str, Any] = field(default_factory=dict)  # merged into the bootstrap top level (tests)
     oob_period: float | None = None  # out-of-band reports every this many seconds, no opt-in; None: in-band
+    report_format: str = "TEXT"  # the format the opt-in asks for: TEXT (KEP-6315 alpha), JSON or BIN (Envoy parses all)
 
     @property
     def modes(self) -> frozenset[Mode]:
@@ -426,10 +427,17 @@ def _secret_in_sds(config: LBConfig) -> bool:
 def _optin_value(config: LBConfig) -> str:
     """The opt-in the route sets: the bare one, or (inline delivery) with the secret."""
     if Mode.SHARED_SECRET not in config.modes:
-        return header_value("TEXT")
+        return header_value(_report_format(config))
     if config.inline_secret is None:
         raise ConfigError("secret delivery inline needs the secret (files.with_inline_secret reads it)")
-    return header_value("TEXT", config.inline_secret)
+    return header_value(_report_format(config), config.inline_secret)
+
+
+def _report_format(config: LBConfig) -> str:
+    """The format the opt-in asks for, one Envoy parses and the gateway serves (``orca.optin.SUPPORTED_FORMATS``)."""
+    if config.report_format not in SUPPORTED_FORMATS:
+        raise ConfigError(f"report format must be one of {', '.join(sorted(SUPPORTED_FORMATS))}")
+    return config.report_format
 
 
 def routes(config: LBConfig) -> list[dict[str, Any]]:
@@ -489,7 +497,7 @@ def http_filters(config: LBConfig) -> list[dict[str, Any]]:
             "envoy.http.injected_credentials.generic",
             "extensions.http.injected_credentials.generic.v3.Generic",
             header=OPTIN_HEADER,
-            header_value_prefix=header_value("TEXT", ""),
+            header_value_prefix=header_value(_report_format(config), ""),
             credential={"name": SECRET_NAME, "sds_config": {"path_config_source": {"path": str(config.sds_path)}}},
         )
         filters.append(

@@ -5,8 +5,13 @@ Grammar: a format token, optionally followed by ``; secret=<token>`` (spaces aro
     TEXT
     TEXT; secret=3q2-7w...
 
-Only ``TEXT`` is a supported format (KEP-6315 alpha). The format token is case-sensitive, as Envoy's
-``endpoint-load-metrics`` prefixes are. Any other shape is refused; an error never echoes the value.
+The format token selects the report's format (KEP-6315: "Its value selects the report format"): ``TEXT``,
+``JSON`` or ``BIN``, exactly the prefixes Envoy's parser reads in an ``endpoint-load-metrics`` value
+(envoyproxy/envoy ``source/common/orca/orca_parser.cc``), case-sensitive as they are. KEP-6315's alpha serves
+``TEXT`` alone; ``JSON`` and ``BIN`` are this gateway's extension, for an entitled caller only (header-only mode,
+the KEP's option 1 as written, serves ``TEXT`` alone, as kube's handler does). As the KEP says of
+any other value, it gets no report: ``text``, ``Json``, ``BIN2`` and the rest are refused (``unsupported-format``),
+and an error never echoes the value.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from dataclasses import dataclass
 
 from secure_orca.errors import SecureOrcaError
 
-SUPPORTED_FORMATS = frozenset({"TEXT"})
+SUPPORTED_FORMATS = frozenset({"TEXT", "JSON", "BIN"})  # orca.dialect.CALLER_FORMATS, as Envoy parses them
+KEP_FORMATS = frozenset({"TEXT"})  # what KEP-6315's alpha (and kube's handler) serves: all that header-only grants
 MAX_LENGTH = 512
 # Secrets are URL-safe base64 or other visible ASCII without separators.
 SECRET_CHARS = r"[A-Za-z0-9_\-.~+/=]"

@@ -172,6 +172,7 @@ class ProbeConfig:
     lb_load_reader: bool = False  # the LB certificate is a load reader's (option 2b): its identity must not count
     client_ca_cert: Path | None = None  # the server's client CA: mint users named like the LB from it
     client_ca_key: Path | None = None
+    body: bytes = b""  # POST this to the paths (a completion endpoint); empty: GET
 
 
 def _cert_names(path: Path | None) -> tuple[str | None, str | None]:
@@ -246,7 +247,12 @@ def plan_audit(url: str, config: ProbeConfig) -> AuditPlan:
     except (OSError, ssl.SSLError) as error:
         raise ProbeError(f"cannot load a client certificate or key: {error}") from None
     vectors = build_vectors(
-        paths, identities, secret_guess=config.secret_guess, known_secret=config.lb_secret, seed=config.seed
+        paths,
+        identities,
+        secret_guess=config.secret_guess,
+        known_secret=config.lb_secret,
+        seed=config.seed,
+        body=config.body,
     )
     return AuditPlan(
         paths,
@@ -254,7 +260,7 @@ def plan_audit(url: str, config: ProbeConfig) -> AuditPlan:
         Connector(control_target, config.cacert, config.insecure, config.timeout),
         by_name,
         vectors,
-        control_vectors(paths[0], lb, config.lb_secret, config.lb_header_only),
+        control_vectors(paths[0], lb, config.lb_secret, config.lb_header_only, config.body),
         impersonation_controls(lb),
     )
 

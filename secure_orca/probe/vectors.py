@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -165,13 +165,13 @@ def header_variants() -> list[Variant]:
     return [
         NO_OPT_IN,
         TEXT,
-        variant("JSON", "unsupported format token", b"JSON"),
-        variant("BIN", "unsupported format token", b"BIN"),
+        variant("JSON", "the JSON format (a report for the entitled only)", b"JSON"),
+        variant("BIN", "the BIN format (a report for the entitled only)", b"BIN"),
         variant("lowercase", "format token in lower case", b"text"),
         variant("leading-space", "leading whitespace", b" TEXT"),
         variant("trailing-space", "trailing whitespace", b"TEXT "),
         variant("duplicate", "the header twice", b"TEXT", b"TEXT"),
-        variant("duplicate-mixed", "an unsupported format then TEXT", b"JSON", b"TEXT"),
+        variant("duplicate-mixed", "another format then TEXT", b"JSON", b"TEXT"),
         variant("comma-list", "two values in one field", b"TEXT, TEXT"),
         variant("name-mixed-case", "header name in mixed case", (b"Endpoint-Load-Metrics-Request", b"TEXT")),
         variant("name-upper-case", "header name in upper case", (OPTIN.upper(), b"TEXT")),
@@ -357,6 +357,15 @@ def _vector(
     )
 
 
+def _asking(body: bytes) -> Callable[[Variant, Identity, Protocol, str, str], Vector]:
+    """How the vectors to the audited paths are sent: GET, or POST with ``body``."""
+
+    def at(v: Variant, identity: Identity, protocol: Protocol, path: str, group: str) -> Vector:
+        return _vector(v, identity, protocol, path, group, "POST" if body else "GET", body)
+
+    return at
+
+
 def _impersonation(v: Variant, identity: Identity, protocol: Protocol, group: str) -> Vector:
     return _vector(v, identity, protocol, SELF_SUBJECT_REVIEWS, group, "POST", REVIEW_BODY)
 
@@ -368,36 +377,39 @@ def build_vectors(
     secret_guess: str | None = None,
     known_secret: str | None = None,
     seed: int | None = None,
+    body: bytes = b"",
 ) -> list[Vector]:
-    """Every vector of one audit, in order (pure apart from the random wrong secrets)."""
+    """Every vector of one audit, in order (pure apart from the random wrong secrets). With ``body``, every
+    vector sent to ``paths`` is a POST of it (a model server's completion endpoint answers nothing else)."""
     rng = random.Random(seed)
     first = paths[0] if paths else DEFAULT_PATH
     out: list[Vector] = []
+    at = _asking(body)
     for identity in identities:
         for protocol in TLS_PROTOCOLS:
-            out.append(_vector(TEXT, identity, protocol, first, "identity"))
+            out.append(at(TEXT, identity, protocol, first, "identity"))
     for v in header_variants():
         for protocol in TLS_PROTOCOLS:
-            out.append(_vector(v, NO_CERT, protocol, first, "header"))
+            out.append(at(v, NO_CERT, protocol, first, "header"))
     for v in secret_variants(secret_guess, known_secret, rng):
         for protocol in TLS_PROTOCOLS:
-            out.append(_vector(v, NO_CERT, protocol, first, "secret"))
+            out.append(at(v, NO_CERT, protocol, first, "secret"))
     for path in paths[1:]:
         for v in (NO_OPT_IN, TEXT):
             for protocol in TLS_PROTOCOLS:
-                out.append(_vector(v, NO_CERT, protocol, path, "path"))
+                out.append(at(v, NO_CERT, protocol, path, "path"))
     for protocol in ("h2c", "http/1.1-cleartext"):
-        out.append(_vector(TEXT, NO_CERT, protocol, first, "cleartext"))  # type: ignore[arg-type]
+        out.append(at(TEXT, NO_CERT, protocol, first, "cleartext"))  # type: ignore[arg-type]
     for v in spelling_variants():
         for protocol in TLS_PROTOCOLS:
-            out.append(_vector(v, NO_CERT, protocol, first, SPELLING_GROUP))
-    body = oob.request_frame(1.0)
+            out.append(at(v, NO_CERT, protocol, first, SPELLING_GROUP))
+    frame = oob.request_frame(1.0)
     grpc, *others = oob_variants()
     for identity in identities:
         for protocol in TLS_PROTOCOLS:
-            out.append(_vector(grpc, identity, protocol, oob.PATH, OOB_GROUP, "POST", body))
+            out.append(_vector(grpc, identity, protocol, oob.PATH, OOB_GROUP, "POST", frame))
     for v in others:
-        out.append(_vector(v, NO_CERT, "h2", oob.PATH, OOB_GROUP, "POST", body))
+        out.append(_vector(v, NO_CERT, "h2", oob.PATH, OOB_GROUP, "POST", frame))
     out += load_endpoint_vectors()
     for identity in identities:
         for v in impersonation_variants():
@@ -417,15 +429,16 @@ def impersonation_controls(lb_identity: Identity | None) -> list[Vector]:
 
 
 def control_vectors(
-    path: str, lb_identity: Identity | None, lb_secret: str | None, header_only: bool = False
+    path: str, lb_identity: Identity | None, lb_secret: str | None, header_only: bool = False, body: bytes = b""
 ) -> list[Vector]:
     """The positive control: the load balancer's own credentials must get a report (with ``header_only``, the
     bare opt-in is the load balancer's whole credential: KEP option 1)."""
-    out = [_vector(TEXT, NO_CERT, "h2", path, "control")] if header_only else []
+    at = _asking(body)
+    out = [at(TEXT, NO_CERT, "h2", path, "control")] if header_only else []
     if lb_identity is not None:
-        out.append(_vector(TEXT, lb_identity, "h2", path, "control"))
+        out.append(at(TEXT, lb_identity, "h2", path, "control"))
         out.append(_vector(oob_variants()[0], lb_identity, "h2", oob.PATH, "control", "POST", oob.request_frame(1.0)))
     if lb_secret is not None:
         v = _secret_variant("secret", "the load balancer's secret", lb_secret, "redacted")
-        out.append(_vector(v, NO_CERT, "h2", path, "control"))
+        out.append(at(v, NO_CERT, "h2", path, "control"))
     return out

@@ -8,6 +8,8 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from secure_orca.server.refusals import KUBE_ONLY, RouteDialects, error_body
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -19,9 +21,11 @@ Headers = list[tuple[bytes, bytes]]
 
 NO_BODY_STATUSES = frozenset({204, 304})
 REQUEST_TIMEOUT = 60.0  # kube-apiserver's --request-timeout default (k8s.io/apiserver pkg/server/config.go)
-# Requests of one connection that may wait for their body at once. An HTTP/2 connection carries at most 100
-# streams (hypercorn's h2_max_concurrent_streams); a load balancer multiplexes its clients' uploads on a few
-# connections, but a body that keeps coming waits only between its DATA frames.
+# Requests of one connection that may wait for their body at once, when their caller is anonymous. An
+# authenticated caller's requests may all wait: at most the connection's SETTINGS_MAX_CONCURRENT_STREAMS
+# (--http2-max-streams-per-connection), each within --request-timeout, each body bounded by its stream's
+# flow-control window. A load balancer multiplexes its clients' uploads on a few connections (issue 39: 200
+# concurrent completions from one load balancer); an anonymous client gets no such room.
 MAX_PENDING_BODIES = 32
 log = logging.getLogger("secure_orca.server")
 
@@ -60,13 +64,8 @@ async def read_body(receive: Receive, limit: int | None = None) -> bytes | None:
             return b"".join(chunks)
 
 
-def _refusal(status: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": status}  # fmt: skip
-
-
-TIMED_OUT = _refusal(408, "Timeout", "the request body did not arrive within the request timeout")
-TOO_MANY_PENDING = _refusal(408, "TooManyPendingBodies", "too many request bodies pending on this connection")
+TIMED_OUT = ("Timeout", "the request body did not arrive within the request timeout")
+TOO_MANY_PENDING = ("TooManyPendingBodies", "too many request bodies pending on this connection")
 _DISCONNECT: Message = {"type": "http.disconnect"}
 
 
@@ -76,16 +75,33 @@ class BodyDeadline:
     non-long-running request (k8s.io/apiserver pkg/server/filters/timeout.go,
     WithTimeoutForNonLongRunningRequests; kube answers its handler's overrun with 504, a body that does not
     come gets 408 here). And at most ``max_pending`` requests of one connection may wait for their body at
-    once. Either refusal is a 408 Status (HTTP/1.1: ``Connection: close``, the unread body must not be read
-    as a request); the application then receives ``http.disconnect``, as when a client leaves, and whatever
-    it still sends goes nowhere. 408 is not an error in the load report (only 429 and 5xx are): no client can
+    once, unless ``authenticated(scope)`` holds for the request: then ``streams`` (the connection's stream
+    limit), so an authenticated load balancer may upload on every stream it is allowed. Either refusal is a
+    408 (HTTP/1.1: ``Connection: close``, the unread body must not be read as a request) in the route's
+    dialect (``errors``); the application then receives ``http.disconnect``, as when a client leaves, and
+    whatever it still sends goes nowhere. 408 is not an error in the load report (only 429 and 5xx are): no client can
     raise ``eps`` by stalling."""
 
-    def __init__(self, app: ASGIApp, timeout: float = REQUEST_TIMEOUT, max_pending: int = MAX_PENDING_BODIES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        timeout: float = REQUEST_TIMEOUT,
+        max_pending: int = MAX_PENDING_BODIES,
+        errors: RouteDialects = KUBE_ONLY,
+        authenticated: Callable[[Scope], bool] | None = None,
+        streams: int = MAX_PENDING_BODIES,
+    ) -> None:
         self.app = app
+        self.authenticated = authenticated
+        self.streams = max(streams, max_pending)
+        self.errors = errors  # the 408's dialect per route (server.refusals)
         self.timeout = timeout
         self.max_pending = max_pending
         self.pending: dict[Any, int] = {}  # per connection (the client's address and port)
+
+    def may_wait(self, scope: Scope, held: int) -> bool:
+        """Past ``max_pending``: whether this request may still wait (an authenticated caller, below ``streams``)."""
+        return self.authenticated is not None and held < self.streams and self.authenticated(scope)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,10 +124,12 @@ class _Body:
         self.deadline: float | None = None
         self.complete = self.refused = self.started = False
 
-    async def refuse(self, payload: dict[str, Any]) -> Message:
+    async def refuse(self, why: tuple[str, str]) -> Message:
         self.refused = True
         if not self.started:
             closing = [(b"connection", b"close")] if self.scope.get("http_version", "1.1") != "2" else []
+            reason, message = why
+            payload = error_body(self.guard.errors.of(self.scope.get("path", "")), 408, message, reason)
             await respond_json(self.upstream_send, 408, payload, closing)
         return _DISCONNECT
 
@@ -124,10 +142,11 @@ class _Body:
         if self.deadline is None:
             self.deadline = loop.time() + guard.timeout
         connection = tuple(self.scope.get("client") or ())
-        if guard.pending.get(connection, 0) >= guard.max_pending:
-            log.info("request refused: %d request bodies already pending on its connection", guard.max_pending)
+        held = guard.pending.get(connection, 0)
+        if held >= guard.max_pending and not guard.may_wait(self.scope, held):  # identity read only past the cap
+            log.info("request refused: %d request bodies already pending on its connection", held)
             return await self.refuse(TOO_MANY_PENDING)
-        guard.pending[connection] = guard.pending.get(connection, 0) + 1
+        guard.pending[connection] = held + 1
         try:
             async with asyncio.timeout_at(self.deadline):  # no task per read, unlike wait_for
                 message = await self.upstream_receive()

@@ -17,7 +17,7 @@ from secure_orca.credentials.loader import Material
 from secure_orca.server import demo
 from secure_orca.server.asgi import ASGIApp, BodyDeadline, Scope
 from secure_orca.server.audit.log import AuditLog, AuditMiddleware, KnownSecrets, open_sink, record_of
-from secure_orca.server.authentication import AuthenticationMiddleware
+from secure_orca.server.authentication import AuthenticationMiddleware, is_authenticated
 from secure_orca.server.config import ServeConfig
 from secure_orca.server.http.accept import Balance
 from secure_orca.server.http.serve import ServerOptions, serve
@@ -25,6 +25,8 @@ from secure_orca.server.http.tls import make_server_context
 from secure_orca.server.metrics import Metrics
 from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.oob import OobService
+from secure_orca.server.options.serving import H2_DEFAULT_STREAMS
+from secure_orca.server.refusals import RouteDialects
 from secure_orca.server.reload import Reloader
 from secure_orca.server.sampler import Sampler
 from secure_orca.server.trust import TrustService, authority_from
@@ -120,6 +122,7 @@ class Server:
             access_log=verbose,
             handshake=config.serving.handshake,
             sock=sock,
+            h2_max_streams=config.serving.h2_max_streams,
         )
         if metrics is not None:
             metrics.watch_handshakes(options.handshake_stats)
@@ -264,6 +267,8 @@ def layers(
     authenticators = replace(
         config.authentication.authenticators, tokens=TokenFile(material.tokens) if material.tokens else None
     )
+    errors = RouteDialects([(route.prefix, route.errors) for route in config.backend.routes])
+    streams = config.serving.h2_max_streams or H2_DEFAULT_STREAMS
     built: list[ASGIApp] = [demo.app]  # the layers built so far, innermost first
 
     def proxy_below() -> ProxyApp | None:
@@ -272,8 +277,11 @@ def layers(
     order: list[Wrap | None] = [
         demo.with_work if config.backend.demo_work else None,
         _proxy(config, material, reports) if config.backend.routes else None,
-        lambda inner: BodyDeadline(inner, config.serving.request_timeout),  # every route's request body has a deadline
-        lambda inner: AuthenticationMiddleware(inner, authenticators, trust, observe=hooks.observe),
+        # Every route's body has a deadline; an authenticated caller may wait on all its streams.
+        lambda inner: BodyDeadline(
+            inner, config.serving.request_timeout, errors=errors, authenticated=is_authenticated, streams=streams
+        ),
+        lambda inner: AuthenticationMiddleware(inner, authenticators, trust, observe=hooks.observe, errors=errors),
         # Load reports are decided outside authentication, exactly as before it existed (a 401 is a response too).
         lambda inner: LoadReportMiddleware(
             inner,

@@ -5,9 +5,10 @@ if it had no certificate (a token in it still counts; otherwise anonymous).
 
 For every HTTP request it checks the connection's certificate with the same cached verifiers that grant load
 reports (requestheader CA and allowed names; --client-ca-file), runs kube-apiserver's authenticator chain,
-and then either answers 401 with kube's Status body, or passes the request on with every identity header
-removed (all configured and standard ``X-Remote-*`` names and prefixes in any case, duplicates, and
-``Authorization``) and the authenticated user in ``scope[USER_KEY]``. It never reads the request body.
+and then either answers 401 with kube's Status body (OpenAI's error object on an ``errors=openai`` route), or
+passes the request on with every identity header removed (all configured and standard ``X-Remote-*`` names and
+prefixes in any case, duplicates, and ``Authorization``) and the authenticated user in ``scope[USER_KEY]``. It
+never reads the request body.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from secure_orca.authn.requestheader import STANDARD, IdentityHeaders, RequestHe
 from secure_orca.authn.review import UNAUTHORIZED_STATUS
 from secure_orca.authn.tokenfile import TokenFile
 from secure_orca.authn.union import chain
-from secure_orca.authn.user import UserInfo
+from secure_orca.authn.user import ANONYMOUS, UserInfo
 from secure_orca.server.asgi import ASGIApp, Receive, Scope, Send, respond_json
+from secure_orca.server.refusals import KUBE_ONLY, RouteDialects, error_body
 from secure_orca.server.trust import TrustService, chain_key, peer
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import NO_CERTIFICATE, ChainResult
@@ -74,6 +76,12 @@ def current_user(scope: Scope) -> UserInfo | None:
     return user if isinstance(user, UserInfo) else None
 
 
+def is_authenticated(scope: Scope) -> bool:
+    """Whether the request's user is someone (not ``system:anonymous``, not unauthenticated)."""
+    user = current_user(scope)
+    return user is not None and user.name != ANONYMOUS
+
+
 class AuthenticationMiddleware:
     """Authenticate every HTTP request; ``trust`` holds the requestheader and load-reader chain caches in force
     (its Authority, replaced whole on a credential reload) and the --client-ca-file one (``clients``)."""
@@ -85,8 +93,10 @@ class AuthenticationMiddleware:
         trust: TrustService,
         on_failure: Callable[[str], None] | None = None,
         observe: Observer | None = None,
+        errors: RouteDialects = KUBE_ONLY,
     ) -> None:
         self.app = app
+        self.errors = errors  # a route's dialect for the 401 (errors=openai: OpenAI's error object)
         self.authenticate = config.authenticator()
         self.identity = IdentityHeaders([STANDARD, config.header_names])
         self.trust = trust
@@ -134,7 +144,9 @@ class AuthenticationMiddleware:
             log.info("unable to authenticate the request: %s", reason)
             if self.on_failure is not None:
                 self.on_failure(reason)
-            await respond_json(send, 401, UNAUTHORIZED_STATUS)
+            dialect = self.errors.of(scope.get("path", ""))
+            body = UNAUTHORIZED_STATUS if dialect == "kube" else error_body(dialect, 401, "Unauthorized")
+            await respond_json(send, 401, body)
             return
         kept, _ = self.identity.strip(scope["headers"])
         inner = {**scope, USER_KEY: outcome.user}

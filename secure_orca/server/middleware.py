@@ -16,13 +16,14 @@ from secure_orca.authz.authority import Authority
 from secure_orca.authz.memo import ConnectionMemo, at
 from secure_orca.authz.policy import DECISIONS, Decision
 from secure_orca.authz.reasons import Reason
+from secure_orca.orca import optin
 from secure_orca.orca.headers import OPTIN_BYTES as OPTIN
 from secure_orca.orca.headers import OPTIN_SPELLINGS as _OPTIN_SPELLINGS
 from secure_orca.orca.headers import ORCA_HEADERS_BYTES as _ORCA
 from secure_orca.orca.headers import spellings
 from secure_orca.server.asgi import ASGIApp, Message, Receive, Scope, Send
 from secure_orca.server.audit.log import AUDIT_KEY
-from secure_orca.server.proxy.backendload import GRANT_KEY, REPORT_KEY, TEXT_GRANT
+from secure_orca.server.proxy.backendload import GRANT_KEY, REPORT_KEY, TEXT_GRANT, Grant
 from secure_orca.server.sampler import Sampler
 from secure_orca.server.trust import CONNECTION_KEY, TrustService, now_us, peer
 
@@ -32,6 +33,12 @@ ATTACH_MODES = ("every-response", "once-per-sample")
 
 
 _ORCA_SPELLINGS = frozenset().union(*(spellings(name) for name in _ORCA))
+GRANTS = {fmt: Grant(fmt) for fmt in optin.SUPPORTED_FORMATS}
+
+
+def grant_of(optin_values: list[bytes]) -> Grant:
+    """The format a granted opt-in asked for (only an opt-in that parsed is ever granted)."""
+    return TEXT_GRANT if optin_values == [b"TEXT"] else GRANTS[optin.parse(optin_values).format]
 
 
 def strip_orca(headers: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], int]:
@@ -119,7 +126,7 @@ class LoadReportMiddleware:
         optin_values = [value for name, value in found if name == OPTIN]  # other spellings never opt in
         if found:  # ... and no spelling ever reaches the application
             scope = dict(scope, headers=[h for h in headers if h[0].lower() not in _OPTIN_SPELLINGS])
-        granted = NO_OPT_IN
+        granted, grant = NO_OPT_IN, TEXT_GRANT
         if optin_values:
             granted = self.decide(scope, optin_values)
             if self.on_decision is not None:
@@ -127,7 +134,7 @@ class LoadReportMiddleware:
             if AUDIT_KEY in scope:  # the audit event's annotation (server.audit)
                 scope[AUDIT_KEY].decision = granted.reason
             if granted.attach:  # a proxied route may carry its backend's report instead (server.proxy.backendload)
-                scope[GRANT_KEY] = TEXT_GRANT
+                scope[GRANT_KEY] = grant = grant_of(optin_values)
         counters = self.sampler.counters
         counters.in_flight += 1
 
@@ -140,7 +147,10 @@ class LoadReportMiddleware:
                     status = message["status"]
                     if status == 429 or status >= 500:
                         counters.errors += 1
-                    header = message.get(REPORT_KEY, self.sampler.header)  # a backend-sourced route: its report or none
+                    if REPORT_KEY in message:  # a backend-sourced route: its report (in the caller's format) or none
+                        header = message[REPORT_KEY]
+                    else:
+                        header = self.sampler.header if grant is TEXT_GRANT else self.sampler.header_in(grant.format)
                     once = self.once_per_sample
                     if granted.attach and header is not None and (not once or self._fresh(scope, header)):
                         attach = header

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from secure_orca.orca import dialect
 from secure_orca.orca.headers import REPORT as HEADER
 from secure_orca.orca.report import DEFAULT_DECIMALS, LoadReport, encode_text
 
@@ -218,6 +219,35 @@ class Sampler:
         self.cpu_seconds = 0.0  # CPU the ticks used (thread time of the event loop during each tick)
         self._history: deque[tuple[float, float, int, int]] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._formats: tuple[tuple[bytes, bytes] | None, dict[str, tuple[bytes, bytes]]] = (None, {})
+        self.wanted: set[str] = set()  # the other formats callers asked for: encoded with each sample from then on
+
+    def header_in(self, fmt: str) -> tuple[bytes, bytes] | None:
+        """The current report as the caller's opt-in asked for it: ``TEXT`` is ``header``; ``JSON`` and ``BIN``
+        (``orca.dialect.encode``) are encoded with each sample once a caller asked for them (only that first
+        request, per format and process, serializes)."""
+        header = self.header
+        if fmt == "TEXT" or header is None:
+            return header
+        made_for, made = self._formats
+        if made_for is header and fmt in made:
+            return made[fmt]
+        self.wanted.add(fmt)
+        self.publish_formats()
+        return self._formats[1].get(fmt)
+
+    def publish_formats(self) -> None:
+        """Encode the current report in every wanted format (called by each tick that publishes a report)."""
+        header, report = self.header, self.report
+        if header is None or report is None or not self.wanted:
+            return
+        made_for, made = self._formats
+        if made_for is not header:
+            made = {}
+        for fmt in self.wanted - made.keys():
+            made[fmt] = dialect.encode(report, fmt, self.decimals)
+            self.encodes += 1
+        self._formats = (header, made)
 
     def totals(self) -> tuple[float, int, int, int]:
         """CPU seconds used, requests, errors (all cumulative) and requests in flight, now: this process's.
@@ -258,6 +288,7 @@ class Sampler:
         self.encodes += 1
         self.report = report
         self.header = (HEADER.encode(), value.encode())
+        self.publish_formats()
         self.ticks += 1
 
     def start(self) -> None:

@@ -65,6 +65,7 @@ class WorkerSampler(Sampler):
         self._sequence, value = got
         self.report = parse_text(value.decode("ascii"))
         self.header = (_NAME, value)  # the same bytes in every worker; one tuple per sample in this worker
+        self.publish_formats()  # JSON and BIN, once a caller asked for them
         self.ticks += 1
 
     def _expose(self, exposition: Callable[[], bytes]) -> None:

@@ -107,13 +107,19 @@ FP_WITH_SECRETS = Policy(frozenset({Mode.FRONT_PROXY}), SecretSet([SECRET]))
         (BOTH, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, True, "shared-secret"),
         (BOTH, b"TEXT; secret=wrong", NO_CERTIFICATE, False, "secret"),
         (BOTH, b"TEXT", NO_CERTIFICATE, False, "no-certificate"),
-        (BOTH, b"JSON", FP_OK, False, "unsupported-format"),
+        (BOTH, b"Json", FP_OK, False, "unsupported-format"),
+        (BOTH, b"JSON", FP_OK, True, "front-proxy"),
+        (BOTH, b"BIN", NO_CERTIFICATE, False, "no-certificate"),  # another format, the same entitlement
         (Policy(frozenset({Mode.SHARED_SECRET}), SecretSet([SECRET])), b"TEXT", FP_OK, False, "no-secret"),
         (FP_ONLY, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret-not-accepted"),
         # a secret set, but the shared-secret mode off: the right secret is still not accepted
         (FP_WITH_SECRETS, f"TEXT; secret={SECRET}".encode(), NO_CERTIFICATE, False, "secret-not-accepted"),
         (Policy(frozenset({Mode.HEADER_ONLY})), b"TEXT", NO_CERTIFICATE, True, "header-only"),
+        (Policy(frozenset({Mode.HEADER_ONLY})), b"XML", NO_CERTIFICATE, False, "unsupported-format"),
+        # JSON and BIN need an entitlement: header-only (the KEP's option 1, as kube's handler) serves TEXT alone
         (Policy(frozenset({Mode.HEADER_ONLY})), b"JSON", NO_CERTIFICATE, False, "unsupported-format"),
+        (Policy(frozenset({Mode.HEADER_ONLY})), b"BIN", FP_OK, False, "unsupported-format"),
+        (Policy(frozenset({Mode.HEADER_ONLY, Mode.FRONT_PROXY})), b"BIN", FP_OK, True, "front-proxy"),
     ],
 )
 def test_policy_decisions(policy: Policy, value: bytes, identity, attach: bool, reason: str) -> None:

@@ -146,6 +146,22 @@ def test_optin_without_secret_is_set_with_overwrite(dev_pki: pki.DevPKI, option:
     assert "envoy.filters.http.credential_injector" not in filter_names(boot)
 
 
+@pytest.mark.parametrize("fmt", ["JSON", "BIN"])
+def test_the_optin_asks_for_the_configured_format(dev_pki: pki.DevPKI, fmt: str) -> None:
+    boot = envoy.build_bootstrap(config(dev_pki, option="front-proxy", report_format=fmt))
+    assert the_route(boot)["request_headers_to_add"][0]["header"] == {"key": OPTIN, "value": fmt}
+    sds = envoy.build_bootstrap(config(dev_pki, option="shared-secret", report_format=fmt))
+    injector = next(f for f in hcm(sds)["http_filters"] if f["name"] == "envoy.filters.http.credential_injector")
+    assert injector["typed_config"]["credential"]["typed_config"]["header_value_prefix"] == f"{fmt}; secret="
+
+
+@pytest.mark.parametrize("fmt", ["text", "XML", "TEXT; secret=x"])
+def test_a_format_envoy_does_not_parse_is_refused(dev_pki: pki.DevPKI, fmt: str) -> None:
+    for option in ("front-proxy", "shared-secret"):
+        with pytest.raises(envoy.ConfigError, match="report format"):
+            envoy.build_bootstrap(config(dev_pki, option=option, report_format=fmt))
+
+
 @pytest.mark.parametrize("option", ["shared-secret", "front-proxy,shared-secret"])
 def test_secret_by_sds_stays_out_of_the_bootstrap(dev_pki: pki.DevPKI, option: str) -> None:
     secret = dev_pki.secret.read_text().strip()

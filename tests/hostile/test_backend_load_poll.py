@@ -28,7 +28,8 @@ from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN
 from tests import oobcalls, proxied
-from tests.live.test_vllm_proxy import standin, vllm_like
+from tests.live.standin_process import running
+from tests.live.test_vllm_proxy import vllm_like
 from tests.replicas import run_replicas
 
 from ..conftest import ClientCert, fp_flags
@@ -66,7 +67,7 @@ def test_many_subscribers_share_one_poll_per_period(dev_pki: pki.DevPKI, client_
     application_utilization (the route's utilization-metric, applied out of band as in band)."""
     fp = client_certs["front-proxy"]
     with ExitStack() as stack:
-        backend = stack.enter_context(standin("tests.live.sglang_like", "--busy", "0.3"))
+        backend = stack.enter_context(running("sglang_like", "--busy", "0.3"))
         (replica,) = stack.enter_context(run_replicas([gateway(dev_pki, f"/v1={backend}/v1;{POLLED}")]))
         channels = [stack.enter_context(oobcalls.channel(replica, dev_pki, fp.cert, fp.key)) for _ in range(2)]
         before = polls(backend)
@@ -101,7 +102,7 @@ def test_a_failed_poll_is_never_served_as_fresh(dev_pki: pki.DevPKI, client_cert
     back; the gateway's own report goes on (the route is ``merged``)."""
     fp = client_certs["front-proxy"]
     with ExitStack() as stack, ExitStack() as backend:
-        sglang = backend.enter_context(standin("tests.live.sglang_like", "--busy", "0.4"))
+        sglang = backend.enter_context(running("sglang_like", "--busy", "0.4"))
         route, metrics_port = f"/v1={sglang}/v1;{POLLED}", launch.free_port()
         flags = ("--proxy-report-max-age", "1s", "--metrics-bind-address", f"127.0.0.1:{metrics_port}")
         (replica,) = stack.enter_context(run_replicas([gateway(dev_pki, route, *flags)]))
@@ -147,7 +148,7 @@ UNENTITLED_PATHS = [
 @pytest.fixture(scope="module")
 def load_rig(dev_pki: pki.DevPKI) -> Iterator[tuple[launch.Replica, str, str]]:
     with ExitStack() as stack:
-        sglang = stack.enter_context(standin("tests.live.sglang_like"))
+        sglang = stack.enter_context(running("sglang_like"))
         vllm = stack.enter_context(vllm_like())
         flags = fp_flags(dev_pki, "front-proxy,shared-secret", "--proxy", f"/v1={sglang}/v1;report=backend",
                          "--proxy", f"/={vllm};report=backend")  # fmt: skip

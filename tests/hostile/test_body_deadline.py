@@ -52,6 +52,21 @@ def test_posts_without_a_body_get_408_and_the_connection_still_serves(replica, d
     assert reasons(client, posts) == {(408, "Timeout"): MAX_PENDING_BODIES, (408, "TooManyPendingBodies"): EXTRA}
 
 
+def test_an_authenticated_caller_may_wait_on_every_stream_of_its_connection(replica, dev_pki, client_certs) -> None:
+    """A load balancer (the front proxy, its user named) uploads on many streams of one connection: none of its
+    requests is refused for the number pending (issue 39: 408 beyond 32 on one connection), each still has the
+    deadline; an anonymous client on its own connection keeps the cap (the test above)."""
+    lb = client_certs["front-proxy"]
+    client = H2Client.connect(replica, dev_pki.cert("ca"), (lb.cert, lb.key))
+    try:
+        user = [("x-remote-user", "envoy-lb")]
+        posts = [client.start("POST", REVIEW, user) for _ in range(MAX_PENDING_BODIES + EXTRA)]  # no body yet
+        assert client.pump_until_ended(*posts), client.streams
+    finally:
+        client.close()
+    assert reasons(client, posts) == {(408, "Timeout"): MAX_PENDING_BODIES + EXTRA}
+
+
 def in_flight(replica: launch.Replica, dev_pki: pki.DevPKI, front_proxy: ClientCert) -> int:
     """``named_metrics.in_flight_requests`` of the report, read by the front proxy once every request it
     waits on has ended: reports a sampling interval apart (100 ms: back-to-back requests could all read one
@@ -125,6 +140,32 @@ def run(app_reads: bool, messages: list[Message]) -> list[Message]:
 
     asyncio.run(main())
     return sent
+
+
+def test_the_bound_follows_the_callers_identity() -> None:
+    """In process: with no body coming, an anonymous request beyond ``max_pending`` is refused at once; an
+    authenticated one waits for its body (its deadline answers it)."""
+
+    async def waiting(authenticated: bool) -> list[str]:
+        never: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        sent: list[str] = []
+
+        async def app(scope: Scope, receive, send) -> None:
+            await receive()
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                sent.append("408")
+            else:
+                sent[-1] += json.loads(message["body"])["reason"]
+
+        guard = BodyDeadline(app, 0.05, max_pending=2, authenticated=lambda scope: authenticated, streams=4)
+        scope = {"type": "http", "client": ("c", 1), "path": "/"}
+        await asyncio.gather(*(guard(dict(scope), lambda: never, send) for _ in range(4)))
+        return sorted(sent)
+
+    assert asyncio.run(waiting(False)) == ["408Timeout"] * 2 + ["408TooManyPendingBodies"] * 2
+    assert asyncio.run(waiting(True)) == ["408Timeout"] * 4
 
 
 def test_a_stalled_body_is_answered_408_and_the_app_answer_goes_nowhere() -> None:

@@ -60,7 +60,7 @@ def test_reloaded_front_proxy_trust_applies_to_open_connections() -> None:
     ("headers", "reason"),
     [
         ([OPT_IN, OPT_IN], "duplicate-opt-in"),
-        ([(OPTIN_NAME, b"JSON")], "unsupported-format"),
+        ([(OPTIN_NAME, b"Json")], "unsupported-format"),
         ([(OPTIN_NAME, b"")], "malformed-opt-in"),
         ([(OPTIN_NAME, b"TEXT ;")], "malformed-opt-in"),
     ],

@@ -71,8 +71,8 @@ def rig(dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert]) -> Iterator[Ri
 
 
 def test_h2_one_identity_runs_many_streams_with_bodies(rig: Rig) -> None:
-    """Two connections of 25 streams: one connection may have at most 32 requests waiting for their body at once
-    (``asgi.MAX_PENDING_BODIES``, a bound of its own, left as it is)."""
+    """Two connections of 25 streams (an authenticated caller's bodies may wait on every stream of a connection:
+    tests/live/test_vllm_proxy.py runs 200 on one)."""
     before = len(rig.generations)
     clients = [rig.h2(rig.lb) for _ in range(2)]
     try:

@@ -18,9 +18,9 @@ from secure_orca import pki
 from secure_orca.envoy import bootstrap as envoy
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
+from tests.live.standin_process import running
 from tests.live.test_envoy_live import oob_stats
 from tests.live.test_vllm_envoy import shares_after_warming
-from tests.live.test_vllm_proxy import standin
 
 pytestmark = [
     pytest.mark.envoy,
@@ -28,15 +28,15 @@ pytestmark = [
     pytest.mark.timeout(180),
 ]
 OOB_PERIOD = 0.2  # Envoy's oob_reporting_period; the gateways' floor (and so their poll period) matches
-STANDINS = {"vllm-metrics": "tests.live.vllm_like", "sglang-loads": "tests.live.sglang_like"}
+STANDINS = {"vllm-metrics": "vllm_like", "sglang-loads": "sglang_like"}
 
 
 @pytest.mark.parametrize("source", sorted(STANDINS))
 def test_a_busier_backend_gets_less_traffic_out_of_band(dev_pki: pki.DevPKI, source: str) -> None:
     route = f"report=merged;load-poll={source};utilization-metric=kv_cache_usage_perc"
     with ExitStack() as stack:
-        busy = stack.enter_context(standin(STANDINS[source], "--busy", "0.8", "--token-interval", "0.001"))
-        idle = stack.enter_context(standin(STANDINS[source], "--busy", "0.05", "--token-interval", "0.001"))
+        busy = stack.enter_context(running(STANDINS[source], "--busy", "0.8", "--token-interval", "0.001"))
+        idle = stack.enter_context(running(STANDINS[source], "--busy", "0.05", "--token-interval", "0.001"))
         argvs = [
             launch.serve_argv(dev_pki, lb.replica_flags(dev_pki, "front-proxy", "--proxy", f"/v1={b}/v1;{route}",
                                                         "--endpoint-load-metrics-oob-min-interval", "200ms"))

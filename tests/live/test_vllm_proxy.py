@@ -7,55 +7,31 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from secure_orca import pki
+from secure_orca.h2client import ReadDeadline
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN
 from secure_orca.orca.report import parse_text
 from tests import proxied
 from tests.conftest import ClientCert, fp_flags
 from tests.hostile.h2client import H2Client
+from tests.live.standin_process import running
 from tests.replicas import run_replicas
 
-ROOT = Path(__file__).resolve().parents[2]
 LB = [("x-remote-user", "envoy-lb")]
 
 
 def vllm_like(*args: str) -> contextlib.AbstractContextManager[str]:
-    """The vLLM-like stand-in on a free loopback port, as a separate process: its URL."""
-    return standin("tests.live.vllm_like", *args)
-
-
-@contextlib.contextmanager
-def standin(module: str, *args: str, scheme: str = "http") -> Iterator[str]:
-    """The stand-in ``module`` (tests/live) on a free loopback port, as a separate process: its URL."""
-    port = launch.free_port()
-    argv = [sys.executable, "-m", module, "--port", str(port), *args]
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            assert process.poll() is None and time.monotonic() < deadline, process.stderr and process.stderr.read()
-            time.sleep(0.05)
-        yield f"{scheme}://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        err = process.stderr.read() if process.stderr else ""
-        assert "Traceback" not in err, err
+    """The stand-in on a free loopback port, as a separate process: its URL."""
+    return running("vllm_like", *args)
 
 
 def generations(url: str) -> list[dict[str, Any]]:
@@ -80,7 +56,7 @@ class Rig:
 def rig(dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert]) -> Iterator[Rig]:
     with vllm_like("--token-interval", "0.05") as backend:
         route = f"/v1={backend}/v1;report=backend;errors=openai;first-byte-timeout=10m"
-        flags = [*fp_flags(dev_pki), "--proxy", route]
+        flags = [*fp_flags(dev_pki), "--proxy", route, "--http2-max-streams-per-connection", str(ONE_CONNECTION)]
         with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
             yield Rig(replica, backend, dev_pki, client_certs["front-proxy"])
 
@@ -151,6 +127,33 @@ def test_200_concurrent_streams_from_one_load_balancer_all_complete(rig: Rig) ->
     assert statuses == [200] * STREAMS, {status: statuses.count(status) for status in set(statuses)}
     assert all(c.streams[s].body.endswith(b"data: [DONE]\n\n") for c, s in streams)
     print(f"{STREAMS} streams of 10 tokens 50 ms apart, one load balancer: all complete in {elapsed:.2f} s")
+
+
+ONE_CONNECTION = 256  # SETTINGS_MAX_CONCURRENT_STREAMS: above the 200 of the target
+
+
+def test_200_concurrent_streams_on_one_connection_all_complete(rig: Rig) -> None:
+    """One HTTP/2 connection, as one Envoy cluster connection carries them: every request's headers first, its
+    body only after every request waits for one (a load balancer forwards headers before the client's upload
+    ends). Failed before: 408 TooManyPendingBodies beyond 32 waiting bodies per connection (and 100 streams)."""
+    body = json.dumps({**COMPLETION, "max_tokens": 10, "stream": True}).encode()
+    client = rig.h2()
+    started = time.monotonic()
+    try:
+        headers = [*LB, ("content-type", "application/json")]
+        streams = [client.start("POST", "/v1/completions", headers) for _ in range(STREAMS)]
+        with contextlib.suppress(ReadDeadline):
+            client.read_until(lambda: False, 0.5)  # every request now waits for its body
+        for stream in streams:
+            client.data(stream, body)
+        assert client.pump_until_ended(*streams)
+    finally:
+        client.close()
+    elapsed = time.monotonic() - started
+    statuses = [client.streams[s].status for s in streams]
+    assert statuses == [200] * STREAMS, {status: statuses.count(status) for status in set(statuses)}
+    assert all(client.streams[s].body.endswith(b"data: [DONE]\n\n") for s in streams)
+    print(f"{STREAMS} streams on one connection, bodies after their headers: all complete in {elapsed:.2f} s")
 
 
 def test_h2_reset_reaches_the_backend(rig: Rig) -> None:

@@ -22,7 +22,6 @@ replica busier than another); generations beyond ``--max-num-seqs`` wait.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import time
@@ -30,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from secure_orca.server.asgi import Receive, Scope, Send
+from tests.live import standin_process
 
 DIALECT = b"endpoint-load-metrics-format"
 MODEL = "stand-in/vllm-like"
@@ -111,6 +111,19 @@ async def send_json(send: Send, status: int, payload: Any, extra: list[tuple[byt
     await send({"type": "http.response.body", "body": body})
 
 
+async def lifespan(receive: Receive, send: Send) -> None:
+    """The ASGI lifespan protocol, with nothing to start or stop."""
+    while (await receive())["type"] != "lifespan.shutdown":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+
+
+async def send_text(send: Send, body: bytes) -> None:
+    """A 200 ``text/plain`` response (Prometheus' exposition format)."""
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class App:
     engine_class: ClassVar[type[Engine]] = Engine
 
@@ -119,15 +132,11 @@ class App:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         path, method = scope["path"], scope["method"]
         if path == "/metrics":
-            body = self.engine.metrics_text()
-            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-            await send({"type": "http.response.body", "body": body})
+            await send_text(send, self.engine.metrics_text())
         elif path == "/v1/models":
             await send_json(send, 200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
         elif path == "/stand-in/generations":
@@ -212,34 +221,14 @@ class App:
 def main(app: type[App] = App, doc: str = __doc__ or "") -> None:
     """Serve ``app`` over an Engine from the command line (plain HTTP/1.1, or TLS with --certfile/--keyfile,
     HTTP/1.1 only as uvicorn serves vLLM and SGLang), until killed."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
+    parser = standin_process.parser(doc.splitlines()[0])
     parser.add_argument("--token-interval", type=float, default=0.05)
     parser.add_argument("--kv-capacity", type=int, default=64)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--busy", type=float, default=0.0, help="a fixed extra share of KV cache in use (0-1)")
-    parser.add_argument("--certfile", help="serve TLS with this certificate (and --keyfile)")
-    parser.add_argument("--keyfile")
     args = parser.parse_args()
-
-    from hypercorn.asyncio import serve
-    from hypercorn.config import Config
-
-    config = Config()
-    config.bind = [f"127.0.0.1:{args.port}"]
-    config.accesslog = None
-    config.keep_alive_timeout = 75
-    config.backlog = 1024
-    if args.certfile:
-        config.certfile, config.keyfile = args.certfile, args.keyfile
-        config.alpn_protocols = ["http/1.1"]
-
-    async def run() -> None:
-        engine = app.engine_class(args.token_interval, args.kv_capacity, args.max_num_seqs, args.busy)
-        print("ready", flush=True)
-        await serve(app(engine), config)  # type: ignore[arg-type]
-
-    asyncio.run(run())
+    engine = app.engine_class(args.token_interval, args.kv_capacity, args.max_num_seqs, args.busy)
+    standin_process.serve(app(engine), args)
 
 
 if __name__ == "__main__":

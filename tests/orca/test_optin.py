@@ -17,6 +17,8 @@ from secure_orca.orca.optin import BARE, OptIn, OptInError, header_value, parse
         (b"TEXT;secret=abc", OptIn("TEXT", "abc")),
         (b"TEXT ;  secret=a-b_c", OptIn("TEXT", "a-b_c")),
         (b"TEXT; secret=", OptIn("TEXT", "")),
+        (b"JSON", OptIn("JSON")),  # the formats Envoy parses (orca.dialect.CALLER_FORMATS)
+        (b"BIN; secret=abc", OptIn("BIN", "abc")),
     ],
 )
 def test_accepted(raw: bytes, expected: OptIn) -> None:
@@ -28,9 +30,15 @@ def test_accepted(raw: bytes, expected: OptIn) -> None:
     [
         ([], "no-opt-in"),
         ([b"TEXT", b"TEXT"], "duplicate-opt-in"),
-        ([b"JSON"], "unsupported-format"),
-        ([b"BIN"], "unsupported-format"),
+        ([b"Json"], "unsupported-format"),
+        ([b"bin"], "unsupported-format"),
+        ([b"BIN2"], "unsupported-format"),
+        ([b"XML"], "unsupported-format"),
+        ([b"TEXT-BIN"], "unsupported-format"),
         ([b"text"], "unsupported-format"),
+        ([b"TEXT JSON"], "malformed-opt-in"),
+        ([b"JSON, BIN"], "malformed-opt-in"),
+        ([b"JSON", b"TEXT"], "duplicate-opt-in"),
         ([b""], "malformed-opt-in"),
         ([b"TEXT; token=abc"], "malformed-opt-in"),
         ([b"TEXT; secret=a b"], "malformed-opt-in"),
@@ -77,3 +85,10 @@ def test_every_spelling_of_the_opt_in_header() -> None:
     assert spellings(b"a-b-c") == {b"a-b-c", b"a_b-c", b"a-b_c", b"a_b_c"}
     assert spellings(b"plain") == {b"plain"}
     assert len(OPTIN_SPELLINGS) == 8 and b"endpoint_load-metrics_request" in OPTIN_SPELLINGS
+
+
+def test_the_formats_are_those_the_dialect_encodes() -> None:
+    from secure_orca.orca import dialect
+    from secure_orca.orca.optin import SUPPORTED_FORMATS
+
+    assert set(dialect.CALLER_FORMATS) == SUPPORTED_FORMATS

@@ -58,6 +58,28 @@ def test_vectors_cover_every_protocol_identity_and_path() -> None:
     assert all(v.description and v.shown for v in vectors if v.variant != "no-opt-in")
 
 
+def test_a_body_makes_the_audited_paths_posts_of_it() -> None:
+    """``--body``: a completion endpoint answers only POST; the out-of-band and impersonation vectors keep theirs."""
+    body = b'{"prompt": "hi", "max_tokens": 1}'
+    vectors = _vectors(body=body)
+    audited = [v for v in vectors if v.path in ("/version", "/proxied/x")]
+    assert audited and all(v.method == "POST" and v.body == body for v in audited)
+    assert all(v.body != body for v in vectors if v.path not in ("/version", "/proxied/x"))
+    lb = probe_vectors.mint_identities("front-proxy-client")[0]
+    control = probe_vectors.control_vectors("/version", lb, SECRET, body=body)
+    assert [v.method for v in control if v.path == "/version"] == ["POST", "POST"]
+    assert {v.method for v in _vectors() if v.path == "/version"} == {"GET"}
+
+
+@pytest.mark.parametrize("value", ["not json", "{" * 3, "x" * 70000])
+def test_the_body_flag_must_be_json(value: str) -> None:
+    from secure_orca.cli import probe as probe_cli
+    from secure_orca.errors import UsageError
+
+    with pytest.raises(UsageError, match="--body"):
+        probe_cli._body(value)
+
+
 def test_vectors_never_show_or_send_the_real_secret() -> None:
     vectors = _vectors(known_secret=SECRET, secret_guess="candidate-" + "g" * 30)
     for v in vectors:
@@ -261,7 +283,8 @@ def test_header_only_leaks_to_a_direct_client(servers: dict[str, str], dev_pki: 
     assert outcomes["identity:TEXT/none/h2"] == "leak"
     assert outcomes["identity:TEXT/none/http/1.1"] == "leak"
     assert outcomes["header:no-opt-in/none/h2"] == "no-report"
-    assert outcomes["header:JSON/none/h2"] == "no-report"
+    assert outcomes["header:JSON/none/h2"] == "no-report"  # option 1 as the KEP writes it: TEXT only
+    assert outcomes["header:lowercase/none/h2"] == "no-report"
     assert outcomes["path:no-opt-in/none/h2 /proxied/x"] == "no-report"  # the backend's own headers are stripped
     leak = next(r for r in result.results if r.outcome == "leak")
     assert leak.evidence.startswith("TEXT ") and leak.report_ok

@@ -8,14 +8,8 @@ from secure_orca.authn.user import UserInfo
 from secure_orca.errors import FlagError
 from secure_orca.server.authentication import FRONT_PROXY_KEY, USER_KEY
 from secure_orca.server.flags import parse_proxy
-from secure_orca.server.proxy.forward import (
-    InFlight,
-    error_body,
-    forwarded_headers,
-    limit_key,
-    load_endpoint,
-    upstream_target,
-)
+from secure_orca.server.proxy.forward import InFlight, forwarded_headers, limit_key, load_endpoint, upstream_target
+from secure_orca.server.refusals import error_body
 
 
 def test_route_options_are_parsed_and_checked() -> None:
@@ -53,7 +47,8 @@ def test_the_upstream_path(base: bytes, prefix: str, path: bytes, target: bytes)
 
 
 def test_errors_in_each_dialect() -> None:
-    assert error_body("kube", 429) == {"kind": "Status", "status": "Failure", "code": 429, "reason": "TooManyRequests"}
+    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "TooManyRequests"}
+    assert error_body("kube", 429) == {**status, "code": 429}
     openai = error_body("openai", 504, "the backend did not answer in time")
     assert openai == {
         "error": {"message": "the backend did not answer in time", "type": "GatewayTimeoutError", "param": None,

@@ -155,3 +155,26 @@ def test_ticks_on_the_event_loop_and_accounts_its_cpu() -> None:
 def test_start_needs_a_running_loop() -> None:
     with pytest.raises(RuntimeError):
         Sampler(interval=0.01).start()
+
+
+def test_other_formats_are_encoded_once_per_sample_after_the_first_ask(tmp_path: Path) -> None:
+    """JSON and BIN (the caller's format): the first request that asks encodes it; from then on each tick does,
+    and the request path only reads."""
+    from secure_orca.orca import dialect
+
+    sampler = Sampler(sources=Sources(tmp_path), cpu_clock=iter(float(i) for i in range(100)).__next__)
+    assert sampler.header_in("JSON") is None  # nothing sampled yet
+    sampler.tick()
+    assert sampler.header_in("TEXT") is sampler.header and sampler.encodes == 1
+    first = sampler.header_in("JSON")
+    assert first is not None and first[1].startswith(b"JSON ") and sampler.encodes == 2  # the first ask
+    assert sampler.header_in("JSON") is first and sampler.encodes == 2
+    sampler.tick()  # TEXT and the wanted JSON; BIN not yet asked
+    assert sampler.encodes == 4
+    second = sampler.header_in("JSON")
+    assert second is not None and second is not first and sampler.encodes == 4  # the tick made it
+    assert sampler.report is not None and dialect.parse_value(second[1].decode()) == dialect.parse_value(
+        dialect.encode(sampler.report, "JSON", sampler.decimals)[1].decode()
+    )
+    binary = sampler.header_in("BIN")
+    assert binary is not None and dialect.parse_bin(binary[1].decode()[4:]) is not None and sampler.encodes == 5

@@ -81,7 +81,7 @@ REFUSED_HEADERS: dict[str, list[tuple[str, bytes]] | str] = {
     "wrong-secret": [(OPT_IN, b"TEXT; secret=wrong-but-long-enough-guess")],
     "prefix-secret": "prefix",
     "empty-secret": [(OPT_IN, b"TEXT; secret=")],
-    "unsupported-format": [(OPT_IN, b"JSON")],
+    "unsupported-format": [(OPT_IN, b"Json")],
     "lowercase-format": [(OPT_IN, b"text")],
     "duplicate-opt-in": [(OPT_IN, b"TEXT"), (OPT_IN, b"TEXT")],
     "non-ascii": [(OPT_IN, "TEXT; secret=é".encode())],

@@ -289,6 +289,7 @@ class ServerOptions:
     balance: Balance | None = None  # with ``sock``: where a worker and its siblings share connection counts
     handshake: HandshakeLimits = field(default_factory=HandshakeLimits)  # below HTTP: deadlines, caps, threads
     handshake_stats: HandshakeStats = field(default_factory=HandshakeStats)
+    h2_max_streams: int = 0  # SETTINGS_MAX_CONCURRENT_STREAMS; 0: hypercorn's default
 
 
 class GatewayConfig(Config):
@@ -367,6 +368,8 @@ async def serve(
     config.graceful_timeout = options.graceful_timeout
     config.accesslog = logging.getLogger("secure_orca.access") if options.access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
+    if options.h2_max_streams:
+        config.h2_max_concurrent_streams = options.h2_max_streams
     loop = asyncio.get_running_loop()
     wrapped = ASGIWrapper(cast(ASGIFramework, app))  # our apps use the generic ASGI mapping types
     context = WorkerContext(None)

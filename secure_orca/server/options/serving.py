@@ -19,6 +19,8 @@ from secure_orca.server.options.common import problem, value, within
 
 MAX_WORKERS = 64
 EVENT_LOOPS = ("asyncio", "uvloop")
+H2_DEFAULT_STREAMS = 100  # hypercorn's h2_max_concurrent_streams
+MAX_H2_STREAMS = 10_000
 
 
 @dataclass
@@ -35,6 +37,7 @@ class ServingConfig:
     workers: int = 0  # --workers; 0: one per CPU of the cgroup's quota, resolved when serving starts
     event_loop: str = "asyncio"  # --event-loop: asyncio (the standard library's) or uvloop (the uvloop extra)
     handshake: HandshakeLimits = field(default_factory=HandshakeLimits)  # the --tls-* and --max-pending-* flags
+    h2_max_streams: int = 0  # --http2-max-streams-per-connection; 0: hypercorn's default (H2_DEFAULT_STREAMS)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -120,6 +123,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "runs every handshake on its loop, with the deadline of --tls-handshake-timeout and no caps)",
     )
     a(
+        "--http2-max-streams-per-connection",
+        type=int,
+        default=0,
+        metavar="N",
+        help="SETTINGS_MAX_CONCURRENT_STREAMS announced to HTTP/2 clients (kube's flag; 0: the server's default, "
+        f"{H2_DEFAULT_STREAMS}; an aggregated kube API server uses 1000, for a proxy multiplexing many long "
+        f"requests on one connection; at most {MAX_H2_STREAMS})",
+    )
+    a(
         "--certs-dir",
         type=Path,
         default=Path("certs"),
@@ -161,6 +173,8 @@ def validate(args: argparse.Namespace) -> list[str]:
         out.append("--max-pending-tls-handshakes: must be between 1 and 1000000")
     if not 1 <= args.max_pending_tls_handshakes_per_address <= args.max_pending_tls_handshakes:
         out.append("--max-pending-tls-handshakes-per-address: must be between 1 and --max-pending-tls-handshakes")
+    if not 0 <= args.http2_max_streams_per_connection <= MAX_H2_STREAMS:
+        out.append(f"--http2-max-streams-per-connection: must be between 0 (the default) and {MAX_H2_STREAMS}")
     if not 0 <= args.tls_handshake_threads <= 64:
         out.append("--tls-handshake-threads: must be between 0 and 64")
     if args.metrics_bind_address:
@@ -182,6 +196,7 @@ def to_config(args: argparse.Namespace, dev: DevPKI | None) -> ServingConfig:
         reload_interval=value("--credential-reload-interval", lambda: parse_duration(args.credential_reload_interval)),
         workers=args.workers,
         event_loop=args.event_loop,
+        h2_max_streams=args.http2_max_streams_per_connection,
         handshake=HandshakeLimits(
             hello_timeout=value("--tls-client-hello-timeout", lambda: parse_duration(args.tls_client_hello_timeout)),
             handshake_timeout=value("--tls-handshake-timeout", lambda: parse_duration(args.tls_handshake_timeout)),

@@ -27,7 +27,6 @@ import functools
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
-from http import HTTPStatus
 from urllib.parse import unquote_to_bytes, urlsplit
 
 import httpx
@@ -46,6 +45,7 @@ from secure_orca.server.proxy.backendload import GRANT_KEY, REPORT_KEY, BackendR
 from secure_orca.server.proxy.metrics import RouteMetrics
 from secure_orca.server.proxy.poller import LoadPoller
 from secure_orca.server.proxy.upstream import Response, UpstreamError, UpstreamPool
+from secure_orca.server.refusals import error_body
 from secure_orca.server.trust import chain_key
 
 log = logging.getLogger("secure_orca.proxy")
@@ -151,31 +151,6 @@ def upstream_body(first: Message, rest: Callable[[], AsyncIterator[bytes]]) -> b
     return first.get("body", b"") or None
 
 
-def error_body(dialect: str, code: int, message: str = "") -> dict[str, object]:
-    """The gateway's own refusal in the route's dialect (pure): kube's ``Status``, or OpenAI's error object as
-    vLLM's ``ErrorResponse`` shapes it (``{"error": {"message", "type", "param", "code"}}``, the type named
-    after the status as vLLM names it, e.g. ``BadRequestError``)."""
-    phrase = HTTPStatus(code).phrase
-    if dialect == "openai":
-        kind = phrase.replace(" ", "").replace("-", "") + ("" if phrase.endswith("Error") else "Error")
-        return {"error": {"message": message or phrase, "type": kind, "param": None, "code": code}}
-    body: dict[str, object] = {"kind": "Status", "status": "Failure", "code": code}
-    if code in _KUBE_REASONS:
-        body["reason"] = _KUBE_REASONS[code]
-    if message:
-        body["message"] = message
-    return body
-
-
-_KUBE_REASONS = {
-    400: "BadRequest",
-    403: "Forbidden",
-    408: "Timeout",
-    429: "TooManyRequests",
-    502: "BadGateway",
-    504: "Timeout",
-}
-BAD_REQUEST = error_body("kube", 400)
 # kube's max-in-flight filter answers 429 with ``Retry-After: 1`` (k8s.io/apiserver
 # 008b3652959ca58af8be3fb5b6ecfe9ae7638282, pkg/server/filters/maxinflight.go, tooManyRequests).
 RETRY_AFTER = (b"retry-after", b"1")

@@ -114,3 +114,14 @@ def test_building_a_configuration_mutates_no_flag() -> None:
     before = vars(args).copy()
     build_config(args, NOWHERE)
     assert vars(args) == before
+
+
+@pytest.mark.parametrize("value", ["-1", "10001"])
+def test_the_streams_per_connection_are_bounded(value: str) -> None:
+    with pytest.raises(UsageError, match="--http2-max-streams-per-connection"):
+        build_config(explicit("--http2-max-streams-per-connection", value))
+
+
+def test_the_streams_per_connection_reach_the_serving_config() -> None:
+    assert build_config(parse(), NOWHERE).serving.h2_max_streams == 0  # hypercorn's 100
+    assert build_config(parse("--http2-max-streams-per-connection", "1000"), NOWHERE).serving.h2_max_streams == 1000
