@@ -1091,6 +1091,13 @@ def _bundle_cases(c: Corpus) -> None:
     c.add("bundle/begin-without-dashes-then-signer", b"-----BEGIN CERTIFICATE\n" + second_pem, [end])
 
 
+def case_duplicates(count: int, first: int) -> list[bytes]:
+    """``count`` DNS names: example.com then EXAMPLE.COM at index ``first``, among fillers (Go sorts more than
+    12 constraints with an unstable pdqsort)."""
+    fillers = [f"f{i:02d}.example".encode() for i in range(count - 2)]
+    return [*fillers[:first], b"example.com", b"EXAMPLE.COM", *fillers[first:]]
+
+
 def _mutation_cases(c: Corpus) -> None:
     """Shapes a mistake in our verifier's shortcuts, counters and limits would grant (docs/mutation.md): Go
     refuses each, or grants it beside one it refuses (the exact edge)."""
@@ -1119,6 +1126,11 @@ def _mutation_cases(c: Corpus) -> None:
         c.add(f"constraints/{label}", [ca], [with_san(ca, tlv(0x82, san))])
     one_letter = with_constraints(raw_constraints([tlv(0x82, b"a.example")]))
     c.add("constraints/dns-permitted-no-label-boundary", [one_letter], [with_san(one_letter, tlv(0x82, b"ba.example"))])
+    # 12 and 13 excluded names, one written twice in different case: past 12, which spelling Go keeps (and so
+    # whether its parent answers *.COM) is its pdqsort's choice
+    for label, count, first in (("12", 12, 2), ("13", 13, 2), ("13-first", 13, 0)):
+        ca = with_constraints(raw_constraints((), [tlv(0x82, n) for n in case_duplicates(count, first)]))
+        c.add(f"constraints/dns-excluded-{label}-duplicate-in-capitals", [ca], [with_san(ca, tlv(0x82, b"*.COM"))])
     brace = with_constraints(raw_constraints([tlv(0x82, b"{.example")]))
     c.add("constraints/dns-permitted-brace-san-bracket", [brace], [with_san(brace, tlv(0x82, b"[.example"))])
     # '@' and '`' fold to different bytes of the sort key (only A-Z fold): an exact key is an exact name
