@@ -1091,6 +1091,13 @@ def _bundle_cases(c: Corpus) -> None:
     c.add("bundle/begin-without-dashes-then-signer", b"-----BEGIN CERTIFICATE\n" + second_pem, [end])
 
 
+def case_duplicates(count: int, first: int) -> list[bytes]:
+    """``count`` DNS names: example.com then EXAMPLE.COM at index ``first``, among fillers (Go sorts more than
+    12 constraints with an unstable pdqsort)."""
+    fillers = [f"f{i:02d}.example".encode() for i in range(count - 2)]
+    return [*fillers[:first], b"example.com", b"EXAMPLE.COM", *fillers[first:]]
+
+
 def _mutation_cases(c: Corpus) -> None:
     """Shapes a mistake in our verifier's shortcuts, counters and limits would grant (docs/mutation.md): Go
     refuses each, or grants it beside one it refuses (the exact edge)."""
@@ -1105,9 +1112,71 @@ def _mutation_cases(c: Corpus) -> None:
     ):
         ca = with_constraints(raw_constraints((), [tlv(0x82, n) for n in names]))
         c.add(f"constraints/{label}", [ca], [with_san(ca, tlv(0x82, san))])
+    # the sort key: "." before "-" (a name under b.example sorts before b-b.example), "Z" folded as "A" is,
+    # "[" not folded (it is not "{"); one name written twice in different case is pruned to its first spelling,
+    # whose parent alone answers a wildcard
+    for label, names, san in (
+        ("dns-excluded-period-before-hyphen", [b"b.example", b"b-b.example"], b"x.b.example"),
+        ("dns-excluded-capital-z", [b"y.example", b"Z.example"], b"x.z.example"),
+        ("dns-excluded-duplicate-in-capitals-wildcard", [b"example.com", b"EXAMPLE.COM"], b"*.COM"),
+        ("dns-excluded-leading-period", [b".example.com"], b"x.example.com"),
+        ("dns-excluded-sibling-not-wildcard", [b"x.example.com"], b"y.example.com"),
+    ):
+        ca = with_constraints(raw_constraints((), [tlv(0x82, n) for n in names]))
+        c.add(f"constraints/{label}", [ca], [with_san(ca, tlv(0x82, san))])
+    one_letter = with_constraints(raw_constraints([tlv(0x82, b"a.example")]))
+    c.add("constraints/dns-permitted-no-label-boundary", [one_letter], [with_san(one_letter, tlv(0x82, b"ba.example"))])
+    # 12 and 13 excluded names, one written twice in different case: past 12, which spelling Go keeps (and so
+    # whether its parent answers *.COM) is its pdqsort's choice
+    for label, count, first in (("12", 12, 2), ("13", 13, 2), ("13-first", 13, 0)):
+        ca = with_constraints(raw_constraints((), [tlv(0x82, n) for n in case_duplicates(count, first)]))
+        c.add(f"constraints/dns-excluded-{label}-duplicate-in-capitals", [ca], [with_san(ca, tlv(0x82, b"*.COM"))])
+    brace = with_constraints(raw_constraints([tlv(0x82, b"{.example")]))
+    c.add("constraints/dns-permitted-brace-san-bracket", [brace], [with_san(brace, tlv(0x82, b"[.example"))])
     # '@' and '`' fold to different bytes of the sort key (only A-Z fold): an exact key is an exact name
     at_sign = with_constraints(raw_constraints([tlv(0x82, b"@.example")]))
     c.add("constraints/dns-permitted-at-sign-san-backtick", [at_sign], [with_san(at_sign, tlv(0x82, b"`.example"))])
+    # a name covered by the middle entry of an excluded set, not by the first: pruned from the set (Go searches
+    # the entry just below the name, here the covering one)
+    covered = [b"aaa.example", b"example.com", b"x.example.com"]
+    ca = with_constraints(raw_constraints((), [tlv(0x82, n) for n in covered]))
+    c.add("constraints/dns-excluded-covered-by-middle", [ca], [with_san(ca, tlv(0x82, b"y.example.com"))])
+    # an address below every IP constraint's address, inside the first (an unmasked network): Go compares it
+    # with the first entry
+    for side, value in (
+        (
+            "permitted",
+            raw_constraints([ip_constraint("10.0.0.5", "255.0.0.0"), ip_constraint("20.0.0.0", "255.0.0.0")]),
+        ),
+        (
+            "excluded",
+            raw_constraints((), [ip_constraint("10.0.0.5", "255.0.0.0"), ip_constraint("20.0.0.0", "255.0.0.0")]),
+        ),
+    ):
+        ca = with_constraints(value)
+        c.add(f"constraints/ip-below-first-entry-{side}", [ca], [with_san(ca, ip("10.0.0.1"))])
+    # a wider network after a narrower one that holds its address but not its broadcast address: both kept
+    holds_address = [ip_constraint("10.0.0.0", "255.255.0.0"), ip_constraint("10.0.5.5", "255.254.0.0")]
+    for side, value in (
+        ("permitted", raw_constraints(holds_address)),
+        ("excluded", raw_constraints((), holds_address)),
+    ):
+        ca = with_constraints(value)
+        c.add(f"constraints/ip-wider-after-narrower-{side}", [ca], [with_san(ca, ip("10.1.0.1"))])
+    # one address, two masks, the narrow one written first: sorted by mask, the wide one comes first and the
+    # narrow one is pruned; an address below theirs, in the wide network only, meets the wide one
+    same_address = [ip_constraint("10.5.0.5", "255.255.0.0"), ip_constraint("10.5.0.5", "255.0.0.0")]
+    for side, value in (("permitted", raw_constraints(same_address)), ("excluded", raw_constraints((), same_address))):
+        ca = with_constraints(value)
+        c.add(f"constraints/ip-same-address-narrow-first-{side}", [ca], [with_san(ca, ip("10.1.0.1"))])
+    # an IPv4-mapped constraint address with a mask that does not cover the mapping's prefix: Go reads the
+    # network as IPv4, so an IPv6 SAN (not mapped) is never inside it
+    for side, value in (
+        ("permitted", raw_constraints([ip_constraint("::ffff:10.0.0.0", "::")])),
+        ("excluded", raw_constraints((), [ip_constraint("::ffff:10.0.0.0", "::")])),
+    ):
+        ca = with_constraints(value)
+        c.add(f"constraints/ip-v4-mapped-zero-mask-{side}-v6-san", [ca], [with_san(ca, ip("2001:db8::1"))])
     # an IPv4-mapped IPv6 SAN against an excluded IPv4 range
     v4 = with_constraints(raw_constraints((), [ip_constraint("10.0.0.0", "255.0.0.0")]))
     c.add("constraints/ip-v4-mapped-san-excluded-v4", [v4], [with_san(v4, ip("::ffff:10.1.2.3"))])
@@ -1141,6 +1210,28 @@ def _mutation_cases(c: Corpus) -> None:
         ca = with_constraints(value)
         c.add(f"constraints/uri-ip-host-{side}-v4", [ca], [with_san(ca, tlv(0x86, b"https://10.0.0.1/x"))])
         c.add(f"constraints/uri-ip-host-{side}-v6", [ca], [with_san(ca, tlv(0x86, b"https://[2001:db8::1]:8443/x"))])
+    # URI hosts as Go's parseURIs reads them: the port cut off; an empty host, and a host ending in "]" (not an
+    # IP literal), under a permitted "" (every host)
+    for side, value in (
+        ("permitted", raw_constraints([tlv(0x86, b"example.com")])),
+        ("excluded", raw_constraints((), [tlv(0x86, b"example.com")])),
+    ):
+        ca = with_constraints(value)
+        c.add(f"constraints/uri-port-{side}", [ca], [with_san(ca, tlv(0x86, b"https://example.com:8443/x"))])
+    every_host = with_constraints(raw_constraints([tlv(0x86, b"")]))
+    c.add("constraints/uri-empty-host-permitted-all", [every_host], [with_san(every_host, tlv(0x86, b"urn:x:proxy"))])
+    c.add("constraints/uri-bracket-host-permitted-all", [every_host], [with_san(every_host, tlv(0x86, b"https://a]/"))])
+    # two email SANs, one outside the permitted domain; a CA's own SAN outside its own constraints (they
+    # constrain the certificates below it only)
+    mail_ca = with_constraints(raw_constraints([tlv(0x81, b"example.com")]))
+    two_mails = with_san(mail_ca, tlv(0x81, b"a@example.com"), tlv(0x81, b"b@other.org"))
+    c.add("constraints/email-permitted-second-outside", [mail_ca], [two_mails])
+    fenced_root = root(
+        "constrained-ca",
+        constraints=x509.NameConstraints([x509.DNSName("example.com")], None),
+        san=[x509.DNSName("other.org")],
+    )
+    c.add("constraints/root-san-outside-own-constraints", [fenced_root], [leaf(fenced_root)])
     # requireExplicitPolicy counted over two intermediates: 2 runs out at the leaf (Go refuses), 3 does not
     ca = root()
     for skip in (2, 3):
@@ -1154,6 +1245,10 @@ def _mutation_cases(c: Corpus) -> None:
     strict_root = extended(strict_base, strict_base.key, "2.5.29.36", anchor_required.public_bytes())
     strict_mid = make("intermediate", strict_root, ca=True)
     c.add("extensions/root-require-explicit-policy-0", [strict_root], [leaf(strict_mid), strict_mid])
+    # ... nor when a certificate below it has policy constraints of its own (processed, unlike the anchor's)
+    loose = x509.PolicyConstraints(require_explicit_policy=5, inhibit_policy_mapping=None)
+    loose_mid = extended(make("intermediate", strict_root, ca=True), strict_root.key, "2.5.29.36", loose.public_bytes())
+    c.add("extensions/root-require-explicit-policy-0-intermediate-5", [strict_root], [leaf(loose_mid), loose_mid])
     # a self-issued intermediate (a key rollover under one name) does not count down requireExplicitPolicy
     two = x509.PolicyConstraints(require_explicit_policy=2, inhibit_policy_mapping=None)
     rolled_top = extended(make("rolled", ca, ca=True), ca.key, "2.5.29.36", two.public_bytes())
@@ -1181,6 +1276,19 @@ def _mutation_cases(c: Corpus) -> None:
         pss_alg = tlv(der.SEQUENCE, _encode_oid("1.2.840.113549.1.1.10") + tlv(der.SEQUENCE, params + trailer))
         pss_leaf = resign(leaf(pss_root), pss_root.key, lambda f: f, pss_alg, pss=True)
         c.add(f"algorithms/rsa-pss-trailer-{label}", [pss_root], [pss_leaf])
+    # two candidate chains through one intermediate key, one without clientAuth: Go answers IncompatibleUsage
+    # only when every candidate failed on its usage (verify.go), not when the other failed its name constraints
+    # or its policies
+    shared = ec_key()
+    server_only = make("shared-intermediate", ca, ca=True, key=shared, eku=[SERVER])
+    fence = x509.NameConstraints([x509.DNSName("a.example")], None)
+    fenced = make("shared-intermediate", ca, ca=True, key=shared, constraints=fence)
+    strict = extended(make("shared-intermediate", ca, ca=True, key=shared), ca.key, "2.5.29.36", require.public_bytes())
+    outside = leaf(server_only, san=[x509.DNSName("proxy.other.org")])
+    c.add("eku/one-candidate-eku-other-constraints", [ca], [outside, server_only, fenced])
+    c.add("eku/one-candidate-eku-other-policies", [ca], [outside, server_only, strict])
+    server_too = make("shared-intermediate", ca, ca=True, key=shared, eku=[SERVER])
+    c.add("eku/both-candidates-eku", [ca], [outside, server_only, server_too])
     # one presented intermediate with an RSA key over 8192 bits among normal certificates (crypto/tls refuses)
     modulus = (1 << 8193) | (int.from_bytes(bytes(range(256)) * 4, "big") % (1 << 8192)) | 1
     oversized = resign(make("oversized", ca, ca=True), ca.key, set_field(SPKI, rsa_public_key_info(modulus, 65537)))

@@ -115,6 +115,7 @@ class _IPs:
         return _search(entries, [c[0] for c in entries], ip, lambda c: _ip_contains(c, ip))
 
 
+_STABLE_SORT = 12  # slices' pdqsort sorts up to this many entries by insertion (stable)
 _FOLD = bytes(0 if c == 0x2E else (c + 32 if 0x41 <= c <= 0x5A else c) for c in range(256))
 
 
@@ -143,7 +144,14 @@ class _Names:
         self.permitted = permitted
         self.entries = [] if self.all else _sorted_set(constraints, _dns_key, _dns_has_suffix)
         self.keys = [_dns_key(c) for c in self.entries]
-        parents = () if permitted else (_trim_first_label(c) for c in self.entries)
+        # Go's slices.SortFunc is stable up to 12 entries (an insertion sort); past that, which spelling of names
+        # equal but for case its pdqsort keeps is not the first written: any spelling of a kept name then answers
+        # a wildcard (a refusal where Go might grant, never a grant where it refuses)
+        kept = set(self.keys)
+        spellings = (
+            self.entries if len(constraints) <= _STABLE_SORT else [c for c in constraints if _dns_key(c) in kept]
+        )
+        parents = () if permitted else (_trim_first_label(c) for c in spellings)
         self.parents = {p for p in parents if p}
 
     def query(self, name: str) -> bool:

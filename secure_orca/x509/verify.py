@@ -318,6 +318,7 @@ def verify(
     usable = [c for c in candidates if _policies_valid(c) and _eku_allows_client(c) and constraints_hold(c)]
     if usable:
         return Outcome(tuple(usable), operations=operations[0], cost=operations[1], exhausted=bool(operations[2]))
-    eku_only = any(_policies_valid(c) and not _eku_allows_client(c) for c in candidates)
+    # Go's IncompatibleUsage only when every candidate failed on its usage alone (none on policies or names)
+    eku_only = all(_policies_valid(c) and not _eku_allows_client(c) for c in candidates)
     failure = "eku" if eku_only else "untrusted"
     return Outcome(failure=failure, operations=operations[0], cost=operations[1], exhausted=bool(operations[2]))

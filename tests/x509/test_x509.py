@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from secure_orca.x509 import der, parse, pem, verify
-from secure_orca.x509.chainverifier import ChainResult, ChainVerifier, Failure, parsed
+from secure_orca.x509.chainverifier import ChainResult, ChainVerifier, Failure, common_name, parsed, shares_ca
 from secure_orca.x509.parse import GoCertificate
 from secure_orca.x509.verify import Pool
 from tests import x509corpus as shapes
@@ -51,6 +51,27 @@ def test_go_takes_the_last_common_name() -> None:
     attributes = [(parse.COMMON_NAME, "front-proxy-client"), ("2.5.4.10", "o"), (parse.COMMON_NAME, "x")]
     assert parse.go_common_name(attributes) == "x"
     assert parse.go_common_name([("2.5.4.10", "o")]) == ""
+
+
+def test_common_name_is_go_s_last_cn_or_none() -> None:
+    """chainverifier.common_name (the user's name in authn/x509): Go's last CN, None for a subject without one."""
+    ca = shapes.root()
+    assert common_name(shapes.leaf(ca, "front-proxy-client").cert) == "front-proxy-client"
+    organization = x509.Name([x509.NameAttribute(x509.NameOID.ORGANIZATION_NAME, "o")])
+    assert common_name(shapes.make(organization, ca).cert) is None
+
+
+def test_a_verifier_without_roots_is_refused() -> None:
+    """An empty CA bundle is a configuration error (kube-apiserver does not start), not a verifier that refuses
+    every chain."""
+    with pytest.raises(ValueError, match="no certificate"):
+        ChainVerifier([], ["front-proxy-client"])
+
+
+def test_shares_ca_only_for_a_certificate_in_both_bundles() -> None:
+    one, other = shapes.root("one").cert, shapes.root("other").cert
+    assert shares_ca([one, other], [other])
+    assert not shares_ca([one], [other])
 
 
 def test_bundle_blocks_with_headers_or_other_types_are_skipped() -> None:
