@@ -75,6 +75,11 @@ def parse(values: list[bytes]) -> OptIn:
     return OptIn(fmt, secret)
 
 
+def format_of(values: list[bytes]) -> str:
+    """The format token of opt-in values that ``parse`` accepted (no regex: the bytes before any ``;``)."""
+    return "TEXT" if values == [b"TEXT"] else values[0].partition(b";")[0].strip().decode("ascii")
+
+
 def header_value(fmt: str = "TEXT", secret: str | None = None) -> str:
     """The header value a load balancer sends."""
     return fmt if secret is None else f"{fmt}; secret={secret}"

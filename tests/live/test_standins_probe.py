@@ -29,13 +29,17 @@ class StandIn:
     path: str  # its completion endpoint
     body: bytes
     answers: tuple[str, ...]  # the spelling vectors it answers alone (over HTTP/1.1, the only protocol it speaks)
+    endpoints: tuple[str, ...] = ()  # its load endpoints, which answer anyone (the probe's load-endpoint vectors)
 
 
 VLLM_BODY = json.dumps({"prompt": "hi", "max_tokens": 1}).encode()
 TRITON_BODY = json.dumps({"text_input": "hi", "max_tokens": 1}).encode()
 STANDINS = {
     # vLLM lower-cases the value and reads the name with Starlette (any letter case)
-    "vllm": StandIn("vllm_like", "/v1", "/v1/completions", VLLM_BODY, ("TEXT", "JSON", "text", "json", "case")),
+    # ... and serves its Prometheus /metrics (KV-cache use, requests waiting) unauthenticated
+    "vllm": StandIn(
+        "vllm_like", "/v1", "/v1/completions", VLLM_BODY, ("TEXT", "JSON", "text", "json", "case"), ("/metrics",)
+    ),
     # Triton compares the value as it is (only "text" and "json"); libevhtp finds the name in any letter case
     "triton": StandIn("triton_like", "/v2", "/v2/models/tensorrt_llm/generate", TRITON_BODY, ("text", "json", "case")),
 }
@@ -53,6 +57,7 @@ def test_the_probe_finds_the_leak_of_each_stand_in_alone(dev_pki: pki.DevPKI, st
     leaks = {r.vector.name for r in result.results if r.outcome == "leak"}
     assert result.verdict == "leak" and result.exit_code == 1, result.reason
     wanted = {f"spelling:format-{value}/none/http/1.1 {standin.path}" for value in standin.answers}
+    wanted |= {f"load-endpoint:no-opt-in/none/http/1.1 {path}" for path in standin.endpoints}
     assert leaks == wanted, sorted(leaks)
     assert "answered in header endpoint-load-metrics" in result.reason
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from secure_orca.orca.headers import OPTIN_SPELLINGS, spellings
-from secure_orca.orca.optin import BARE, OptIn, OptInError, header_value, parse
+from secure_orca.orca.optin import BARE, OptIn, OptInError, format_of, header_value, parse
 
 
 @pytest.mark.parametrize(
@@ -92,3 +92,11 @@ def test_the_formats_are_those_the_dialect_encodes() -> None:
     from secure_orca.orca.optin import SUPPORTED_FORMATS
 
     assert set(dialect.CALLER_FORMATS) == SUPPORTED_FORMATS
+
+
+@pytest.mark.parametrize(
+    "value", [b"TEXT", b"JSON", b"BIN", b"  JSON\t", b"TEXT; secret=abc", b"BIN ;secret=a-b_c", b"\tJSON;  secret=x  "]
+)
+def test_the_format_of_an_accepted_opt_in_is_the_parsed_one(value: bytes) -> None:
+    """``format_of`` (the middleware's regex-free read of a granted opt-in) agrees with ``parse``."""
+    assert format_of([value]) == parse([value]).format

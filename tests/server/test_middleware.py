@@ -104,3 +104,24 @@ def test_unknown_attach_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="attach mode"):
         trust = TrustService(Authority(Policy(frozenset())))
         LoadReportMiddleware(Backend(), enabled=True, trust=trust, sampler=Sampler(), attach="sometimes")
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt"),
+    [
+        (b"TEXT", "TEXT"),
+        (b"JSON", "JSON"),
+        (b"BIN; secret=abc", "BIN"),
+        (b" \tJSON", "JSON"),
+        (b"\tTEXT;secret=x", "TEXT"),
+    ],
+)
+def test_a_granted_opt_in_gets_the_format_it_asked_for(value: bytes, fmt: str) -> None:
+    """The middleware reads a granted opt-in's format from its first byte, or past leading blanks by parsing: both
+    give the format ``optin.parse`` read, and TEXT is the one shared grant the fast path checks by identity."""
+    from secure_orca.orca import optin
+    from secure_orca.server.middleware import _BY_FIRST_BYTE, GRANTS, TEXT_GRANT, grant_of
+
+    grant = _BY_FIRST_BYTE.get(value[0]) or grant_of([value])
+    assert grant is GRANTS[fmt] and grant.format == optin.parse([value]).format
+    assert (grant is TEXT_GRANT) == (fmt == "TEXT")
