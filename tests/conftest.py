@@ -19,6 +19,8 @@ from secure_orca.probe.audit import ProbeConfig
 from tests.replicas import replica_fixture
 from tests.rotating import rig  # noqa: F401  (a live server with credential files to rotate)
 
+pytest_plugins = ["tests.cpu_time"]  # --cpu-time N: the tests that used the most CPU seconds
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test marked ``starts_first`` (far longer than the rest) goes to the front of one worker's share, the
