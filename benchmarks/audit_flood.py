@@ -82,8 +82,16 @@ def victim(url: str, ca: Path, samples: int, busy: threading.Event) -> list[floa
     return found
 
 
-def measure(replica: launch.Replica, metrics: str, ca: Path, requests: int, samples: int, hostile: bool,
-            seed: int, audited: bool) -> dict[str, float]:  # fmt: skip
+def measure(
+    replica: launch.Replica,
+    metrics: str,
+    ca: Path,
+    requests: int,
+    samples: int,
+    hostile: bool,
+    seed: int,
+    audited: bool,
+) -> dict[str, float]:
     """One flood: the victim's p99 while it runs and until its events are written; the writer's drain time."""
     written = counter(metrics, "secure_orca_audit_events_written_total") if audited else 0
     busy = threading.Event()
@@ -150,8 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="audit-flood-") as tmp:
         rows = run(Path(tmp), args.rounds, args.requests, args.samples, args.serve, not args.no_audit)
-    print("| round | victim p99 control (ms) | hostile (ms) | hostile / control | server CPU per request control (ms) "
-          "| hostile (ms) | drained control (s) | hostile (s) | RSS after control (MiB) | hostile (MiB) |")  # fmt: skip
+    print(
+        "| round | victim p99 control (ms) | hostile (ms) | hostile / control | server CPU per request control (ms) "
+        "| hostile (ms) | drained control (s) | hostile (s) | RSS after control (MiB) | hostile (MiB) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for index, row in enumerate(rows):
         print(
@@ -161,8 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {row['hostile.drained']:.2f} | {row['control.rss'] / 1024:.0f} | {row['hostile.rss'] / 1024:.0f} |"
         )
     ratios = sorted(row["hostile.p99"] / row["control.p99"] for row in rows)
-    print(f"\nhostile / control p99: median {statistics.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]; "
-          f"idle p99 {statistics.median(r['idle'] for r in rows) * 1000:.1f} ms")  # fmt: skip
+    print(
+        f"\nhostile / control p99: median {statistics.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]; "
+        f"idle p99 {statistics.median(r['idle'] for r in rows) * 1000:.1f} ms"
+    )
     return 0
 
 

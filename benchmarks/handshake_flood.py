@@ -104,13 +104,17 @@ def main(requests: int) -> None:
                 rows.append((group or "none", statistics.median(latencies), percentile(latencies, 0.99), counts))
         base_p50 = statistics.median([p50 for name, p50, _, _ in rows if name == "none"])
         base_p99 = statistics.median([p99 for name, _, p99, _ in rows if name == "none"])
-        print(f"victim: {requests} sequential GET /healthz per row; attackers: bursts of {ATTACKERS} TLS 1.3 "
-              f"handshakes every {PAUSE} s")  # fmt: skip
+        print(
+            f"victim: {requests} sequential GET /healthz per row; attackers: bursts of {ATTACKERS} TLS 1.3 "
+            f"handshakes every {PAUSE} s"
+        )
         print("| attackers offer | handshakes done / refused | victim p50 ms | p99 ms | p50 ÷ none | p99 ÷ none |")
         print("|---|---|---|---|---|---|")
         for name, p50, p99, (done, refused) in rows:
-            print(f"| {name} | {done} / {refused} | {p50 * 1000:.2f} | {p99 * 1000:.2f} | {p50 / base_p50:.2f} | "
-                  f"{p99 / base_p99:.2f} |")  # fmt: skip
+            print(
+                f"| {name} | {done} / {refused} | {p50 * 1000:.2f} | {p99 * 1000:.2f} | {p50 / base_p50:.2f} | "
+                f"{p99 / base_p99:.2f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -56,10 +56,13 @@ def cases() -> list[Case]:
     for key, tls13, tls12 in (
         ("ECDSA-256", ["ecdsa_secp256r1_sha256"], ["ECDSA+SHA256", "ECDSA+SHA384", "ECDSA+SHA512", "ECDSA+SHA1"]),
         ("ECDSA-384", ["ecdsa_secp384r1_sha384"], ["ECDSA+SHA256", "ECDSA+SHA384", "ECDSA+SHA512"]),
-        ("RSA-2048", ["rsa_pss_rsae_sha256", "rsa_pss_rsae_sha384", "rsa_pss_rsae_sha512"],
-         ["RSA+SHA256", "RSA+SHA384", "RSA+SHA512", "rsa_pss_rsae_sha256", "rsa_pss_rsae_sha512", "RSA+SHA1"]),
+        (
+            "RSA-2048",
+            ["rsa_pss_rsae_sha256", "rsa_pss_rsae_sha384", "rsa_pss_rsae_sha512"],
+            ["RSA+SHA256", "RSA+SHA384", "RSA+SHA512", "rsa_pss_rsae_sha256", "rsa_pss_rsae_sha512", "RSA+SHA1"],
+        ),
         ("RSA-4096", ["rsa_pss_rsae_sha256", "rsa_pss_rsae_sha512"], ["RSA+SHA256", "rsa_pss_rsae_sha512"]),
-    ):  # fmt: skip
+    ):
         for group in (*tls_policy.GROUPS, *FINITE_FIELD):
             found.append(Case(key, TLS13, group, tls13[0]))
         found += [Case(key, TLS13, "X25519", sigalg) for sigalg in tls13[1:]]
@@ -166,15 +169,19 @@ def main(count: int, rounds: int, out: Callable[[str], object] = print) -> None:
                     per_round[case].append(cpu)
                     completed[case] += done
             out(f"handshakes per case per round: {count}, rounds: {rounds}")
-            out("| server key | TLS | groups offered | signature scheme | completed | server CPU ms/handshake | "
-                "÷ X25519, same key | ÷ X25519, P-256 key |")  # fmt: skip
+            out(
+                "| server key | TLS | groups offered | signature scheme | completed | server CPU ms/handshake | "
+                "÷ X25519, same key | ÷ X25519, P-256 key |"
+            )
             out("|---|---|---|---|---|---|---|---|")
             for case in all_cases:
                 same_key = Case(case.key, TLS13, "X25519", cases_tls13_first(all_cases, case.key))
                 values = per_round[case]
-                out(f"| {case.key} | {case.version.name[3:].replace('_', '.')} | {case.group} | {case.sigalg} | "
+                out(
+                    f"| {case.key} | {case.version.name[3:].replace('_', '.')} | {case.group} | {case.sigalg} | "
                     f"{completed[case]}/{count * rounds} | {statistics.median(values) * 1000:.3f} | "
-                    f"{spread(values, per_round[same_key])} | {spread(values, per_round[baseline])} |")  # fmt: skip
+                    f"{spread(values, per_round[same_key])} | {spread(values, per_round[baseline])} |"
+                )
 
 
 if __name__ == "__main__":

@@ -79,8 +79,10 @@ def main() -> int:
     print("| block | outcome | instructions per block | / legal block |\n|---|---|---|---|")
     for name, total in per.items():
         print(f"| {name} | {outcomes[name]} | {total - empty:,.0f} | {(total - empty) / legal:.2f} |")
-    print(f"\n(window of {LONG} connections − window of {SHORT}) ÷ {LONG - SHORT}, less a connection's set-up and "
-          f"preface ({empty:,.0f} instructions); the TLS that would carry the bytes is not counted.")  # fmt: skip
+    print(
+        f"\n(window of {LONG} connections − window of {SHORT}) ÷ {LONG - SHORT}, less a connection's set-up and "
+        f"preface ({empty:,.0f} instructions); the TLS that would carry the bytes is not counted."
+    )
     return 0
 
 

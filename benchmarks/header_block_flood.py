@@ -174,10 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="header-block-flood-") as tmp:
         rows = run(Path(tmp), args.rounds, args.requests, args.samples, args.serve)
     legal = legal_block()
-    print(f"hostile block: {len(size_update_flood())} bytes in {FLOOD_FRAMES} frames; control: {len(legal)} "
-          f"bytes in {len(frames(legal))} frames")  # fmt: skip
-    print("| round | server CPU per request control (ms) | hostile (ms) | hostile / control "
-          "| bystander worst idle (ms) | control (ms) | hostile (ms) | answers control | hostile |")  # fmt: skip
+    print(
+        f"hostile block: {len(size_update_flood())} bytes in {FLOOD_FRAMES} frames; control: {len(legal)} "
+        f"bytes in {len(frames(legal))} frames"
+    )
+    print(
+        "| round | server CPU per request control (ms) | hostile (ms) | hostile / control "
+        "| bystander worst idle (ms) | control (ms) | hostile (ms) | answers control | hostile |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for index, row in enumerate(rows):
         control, hostile = row["control"], row["hostile"]
@@ -188,9 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     ratios = sorted(row["hostile"].cpu / row["control"].cpu for row in rows)
     worst = sorted(row["hostile"].worst / row["idle"].worst for row in rows)
-    print(f"\nhostile / control CPU: median {statistics.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]; "
-          f"bystander worst, hostile / idle: median {statistics.median(worst):.2f} "
-          f"[{worst[0]:.2f}, {worst[-1]:.2f}]")  # fmt: skip
+    print(
+        f"\nhostile / control CPU: median {statistics.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]; "
+        f"bystander worst, hostile / idle: median {statistics.median(worst):.2f} "
+        f"[{worst[0]:.2f}, {worst[-1]:.2f}]"
+    )
     return 0
 
 

@@ -38,10 +38,16 @@ def _child(marks_path: str) -> None:
 
     def base() -> list[tuple[bytes, bytes]]:
         audit = str(uuid.UUID(int=uuids.getrandbits(128), version=4)).encode()
-        return [(b":status", b"200"), (b"content-type", b"text/plain; charset=utf-8"), (b"audit-id", audit),
-                (b"cache-control", b"no-cache, private"), (b"x-kubernetes-pf-flowschema-uid", b"a" * 36),
-                (b"x-kubernetes-pf-prioritylevel-uid", b"b" * 36), (b"date", b"Fri, 15 Jan 2027 08:00:00 GMT"),
-                (b"server", b"hypercorn-h2")]  # fmt: skip
+        return [
+            (b":status", b"200"),
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"audit-id", audit),
+            (b"cache-control", b"no-cache, private"),
+            (b"x-kubernetes-pf-flowschema-uid", b"a" * 36),
+            (b"x-kubernetes-pf-prioritylevel-uid", b"b" * 36),
+            (b"date", b"Fri, 15 Jan 2027 08:00:00 GMT"),
+            (b"server", b"hypercorn-h2"),
+        ]
 
     Shape = Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]]
 

@@ -164,8 +164,12 @@ def build_marks(directory: Path | None = None) -> Path:
     return target
 
 
-def count_windows(marks_path: str, cases: Mapping[str, Callable[[], object]], counts: tuple[int, ...],
-                  before: Callable[[], object] = lambda: None) -> None:  # fmt: skip
+def count_windows(
+    marks_path: str,
+    cases: Mapping[str, Callable[[], object]],
+    counts: tuple[int, ...],
+    before: Callable[[], object] = lambda: None,
+) -> None:
     """In a child under callgrind: per case and count, one window of ``count`` calls, dumped as ``case,count``
     (``before`` runs ahead of each window, outside it)."""
     marks = ctypes.CDLL(marks_path)

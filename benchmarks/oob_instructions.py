@@ -52,8 +52,9 @@ def per_request(repeats: int, long: int = 600, short: int = 100) -> dict[str, li
                         with server.window(f"{name},{count},{r}"):
                             instrcount.requests(server, client, count, "/healthz", work)
                     totals |= server.totals()
-            out[name] = [(totals[f"{name},{long},{r}"] - totals[f"{name},{short},{r}"]) / (long - short)
-                         for r in range(repeats)]  # fmt: skip
+            out[name] = [
+                (totals[f"{name},{long},{r}"] - totals[f"{name},{short},{r}"]) / (long - short) for r in range(repeats)
+            ]
     return out
 
 

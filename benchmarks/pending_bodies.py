@@ -119,13 +119,17 @@ def measure(args: argparse.Namespace) -> None:
                 held += connections
                 answered = drain(connections, 1.0)
                 loaded = rss_kib(pid)
-                print(f"wave {number}: {args.connections} connections x {args.streams} body-less POSTs (the earlier "
-                      f"waves' connections still open): {loaded} KiB, +{(loaded - before) / args.connections:.0f} KiB "
-                      f"per connection; {answered}/{total} answered 1 s after")  # fmt: skip
+                print(
+                    f"wave {number}: {args.connections} connections x {args.streams} body-less POSTs (the earlier "
+                    f"waves' connections still open): {loaded} KiB, +{(loaded - before) / args.connections:.0f} KiB "
+                    f"per connection; {answered}/{total} answered 1 s after"
+                )
                 answered = drain(connections, args.wait_after)
                 closed = sum(c.closed for c in connections)
-                print(f"  {args.wait_after:.0f} s later: {rss_kib(pid)} KiB; {answered}/{total} answered; "
-                      f"{closed} connections closed by the server")  # fmt: skip
+                print(
+                    f"  {args.wait_after:.0f} s later: {rss_kib(pid)} KiB; {answered}/{total} answered; "
+                    f"{closed} connections closed by the server"
+                )
                 before = loaded
             for connection in held:
                 connection.sock.close()
@@ -162,8 +166,14 @@ async def cost() -> None:
     from secure_orca.server.asgi import BodyDeadline
     from secure_orca.server.authentication import USER_KEY
 
-    get: dict[str, Any] = {"type": "http", "http_version": "2", "method": "GET", "path": "/healthz", "headers": [],
-                  "client": ("127.0.0.1", 40000)}  # fmt: skip
+    get: dict[str, Any] = {
+        "type": "http",
+        "http_version": "2",
+        "method": "GET",
+        "path": "/healthz",
+        "headers": [],
+        "client": ("127.0.0.1", 40000),
+    }
     post = {**get, "method": "POST", "path": demo.SELF_SUBJECT_REVIEWS, USER_KEY: UserInfo("u")}
     try:  # as server.assembly builds it: the bound follows the caller's identity (the POST's user is "u")
         from secure_orca.server.authentication import is_authenticated

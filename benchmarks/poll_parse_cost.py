@@ -18,8 +18,30 @@ from collections.abc import Callable
 
 LONG, SHORT = 40, 10  # parses per window
 TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
-SECONDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-           80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+SECONDS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 HISTOGRAMS = {
     "vllm:request_prompt_tokens": TOKENS,
     "vllm:request_generation_tokens": TOKENS,
@@ -35,10 +57,19 @@ HISTOGRAMS = {
     "vllm:request_prefill_time_seconds": SECONDS,
     "vllm:request_decode_time_seconds": SECONDS,
 }
-GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc",
-          "vllm:kv_cache_usage_perc")  # fmt: skip
-COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions", "vllm:prompt_tokens",
-            "vllm:generation_tokens")  # fmt: skip
+GAUGES = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:kv_cache_usage_perc",
+)
+COUNTERS = (
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+    "vllm:num_preemptions",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+)
 
 
 def vllm_metrics(engines: int = 1) -> bytes:
@@ -50,8 +81,11 @@ def vllm_metrics(engines: int = 1) -> bytes:
         labels = f'engine="{engine}",model_name="meta-llama/Llama-3.1-8B-Instruct"'
         lines += [line for name in GAUGES for line in (f"# TYPE {name} gauge", f"{name}{{{labels}}} 0.25")]
         for name in COUNTERS:
-            lines += [f"# TYPE {name} counter", f"{name}_total{{{labels}}} 12345.0",
-                      f"{name}_created{{{labels}}} 1.7e+09"]  # fmt: skip
+            lines += [
+                f"# TYPE {name} counter",
+                f"{name}_total{{{labels}}} 12345.0",
+                f"{name}_created{{{labels}}} 1.7e+09",
+            ]
         for name, bounds in HISTOGRAMS.items():
             lines.append(f"# TYPE {name} histogram")
             lines += [f'{name}_bucket{{{labels},le="{bound}"}} 7.0' for bound in (*bounds, "+Inf")]
@@ -61,14 +95,36 @@ def vllm_metrics(engines: int = 1) -> bytes:
 
 def sglang_loads(ranks: int = 1) -> bytes:
     """A ``/v1/loads`` body in SGLang's shape (v1_loads.py ``get_loads``) for ``ranks`` data-parallel ranks."""
-    load = {"num_running_reqs": 3, "num_waiting_reqs": 1, "num_used_tokens": 4096, "max_total_num_tokens": 65536,
-            "token_usage": 0.0625, "gen_throughput": 812.5, "cache_hit_rate": 0.4, "utilization": 0.3,
-            "max_running_requests": 256, "num_total_reqs": 4}  # fmt: skip
+    load = {
+        "num_running_reqs": 3,
+        "num_waiting_reqs": 1,
+        "num_used_tokens": 4096,
+        "max_total_num_tokens": 65536,
+        "token_usage": 0.0625,
+        "gen_throughput": 812.5,
+        "cache_hit_rate": 0.4,
+        "utilization": 0.3,
+        "max_running_requests": 256,
+        "num_total_reqs": 4,
+    }
     loads = [{"dp_rank": rank, **load} for rank in range(ranks)]
-    aggregate = {"total_running_reqs": 3 * ranks, "total_waiting_reqs": ranks, "total_reqs": 4 * ranks,
-                 "avg_token_usage": 0.0625, "avg_throughput": 812.5, "avg_utilization": 0.3}  # fmt: skip
-    return json.dumps({"timestamp": "2026-12-05T00:00:00+00:00", "version": "0.5.0", "dp_rank_count": ranks,
-                       "loads": loads, "aggregate": aggregate}).encode()  # fmt: skip
+    aggregate = {
+        "total_running_reqs": 3 * ranks,
+        "total_waiting_reqs": ranks,
+        "total_reqs": 4 * ranks,
+        "avg_token_usage": 0.0625,
+        "avg_throughput": 812.5,
+        "avg_utilization": 0.3,
+    }
+    return json.dumps(
+        {
+            "timestamp": "2026-12-05T00:00:00+00:00",
+            "version": "0.5.0",
+            "dp_rank_count": ranks,
+            "loads": loads,
+            "aggregate": aggregate,
+        }
+    ).encode()
 
 
 def cases() -> dict[str, tuple[str, bytes]]:
@@ -107,8 +163,10 @@ def table(totals: dict[str, int], shown: list[str]) -> str:
     for name, what in zip(cases(), shown, strict=True):
         per = (totals[f"{name},{LONG}"] - totals[f"{name},{SHORT}"]) / (LONG - SHORT)
         rows.append(f"| {name} | {what} | {per:,.0f} |")
-    rows.append(f"\n(window of {LONG} parses − window of {SHORT}) ÷ {LONG - SHORT}, in process; one parse per poll "
-                "period for the whole server.")  # fmt: skip
+    rows.append(
+        f"\n(window of {LONG} parses − window of {SHORT}) ÷ {LONG - SHORT}, in process; one parse per poll "
+        "period for the whole server."
+    )
     return "\n".join(rows)
 
 

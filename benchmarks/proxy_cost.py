@@ -69,20 +69,27 @@ def main(rounds: int = 5, seconds: float = 5.0) -> None:
                     cpu = tree_cpu(pid) - before
                     per_cpu = result.rps / (cpu / (seconds + 1.0))  # as benchmarks/workers.py: CPUs busy over the run
                     figures[name].append((result.rps, per_cpu))
-                    print(f"round {round_ + 1}/{rounds}, {name}: {result.rps:,.0f} req/s, "
-                          f"{per_cpu:,.0f} per CPU-second, {result.failed} failed", flush=True)  # fmt: skip
+                    print(
+                        f"round {round_ + 1}/{rounds}, {name}: {result.rps:,.0f} req/s, "
+                        f"{per_cpu:,.0f} per CPU-second, {result.failed} failed",
+                        flush=True,
+                    )
     print(f"\nh2load {LOAD.label} -t 1, {seconds:g} s per run (+1 s warm-up), {rounds} interleaved rounds\n")
     print("| path | req/s median (range) | requests per gateway CPU-second, median (range) |")
     print("|---|---|---|")
     for name, rows in figures.items():
         rps = [r for r, _ in rows]
         each = [c for _, c in rows]
-        print(f"| {name} | {statistics.median(rps):,.0f} ({min(rps):,.0f}–{max(rps):,.0f}) | "
-              f"{statistics.median(each):,.0f} ({min(each):,.0f}–{max(each):,.0f}) |")  # fmt: skip
+        print(
+            f"| {name} | {statistics.median(rps):,.0f} ({min(rps):,.0f}–{max(rps):,.0f}) | "
+            f"{statistics.median(each):,.0f} ({min(each):,.0f}–{max(each):,.0f}) |"
+        )
     demo, proxied = ([c for _, c in figures[name]] for name in PATHS)
     ratios = [p / d for p, d in zip(proxied, demo, strict=True)]
-    print(f"\nproxied over demo, per CPU-second, round by round: x{statistics.median(ratios):.2f} "
-          f"(x{min(ratios):.2f}–x{max(ratios):.2f}); target at least x0.50")  # fmt: skip
+    print(
+        f"\nproxied over demo, per CPU-second, round by round: x{statistics.median(ratios):.2f} "
+        f"(x{min(ratios):.2f}–x{max(ratios):.2f}); target at least x0.50"
+    )
 
 
 if __name__ == "__main__":

@@ -107,8 +107,10 @@ def main(seconds: float = 3.0, rounds: int = 3, uvloop: bool = False) -> None:
                 print(f"round {round_ + 1}/{rounds} {name}: p99 x{ratios[name][-1]:.2f}", flush=True)
             for name, p99 in burst_p99.items():
                 versus_go[name].append(p99 / burst_p99[GO])
-    print(f"\nvictim: GET /healthz every {PACE * 1000:g} ms for {seconds:g} s per row; bursts of {BURST} new mTLS "
-          f"connections (front proxy certificate, one request each) every {PAUSE} s\n")  # fmt: skip
+    print(
+        f"\nvictim: GET /healthz every {PACE * 1000:g} ms for {seconds:g} s per row; bursts of {BURST} new mTLS "
+        f"connections (front proxy certificate, one request each) every {PAUSE} s\n"
+    )
     print("| round | server | idle p50 ms | idle p99 ms | bursts p50 ms | bursts p99 ms | p99 ratio |")
     print("|---|---|---|---|---|---|---|")
     for round_, name, idle, loaded in rows_:

@@ -46,9 +46,17 @@ def main(connections: int) -> None:
         cert.write_bytes(leaf.cert_pem() + intermediate.cert_pem())
         key.write_bytes(leaf.key_pem())
         ca.write_bytes(fp_ca.cert_pem())
-        flags = ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
-                 "--requestheader-client-ca-file", str(ca), "--requestheader-allowed-names", pki.FRONT_PROXY_CN,
-                 "--endpoint-load-metrics-auth", "front-proxy"]  # fmt: skip
+        flags = [
+            "--feature-gates",
+            "RequestCostAggregation=true",
+            "--enable-endpoint-load-metrics",
+            "--requestheader-client-ca-file",
+            str(ca),
+            "--requestheader-allowed-names",
+            pki.FRONT_PROXY_CN,
+            "--endpoint-load-metrics-auth",
+            "front-proxy",
+        ]
         with launch.replicas([launch.serve_argv(dev, flags)]) as (replica,):
             pid = replica.process.popen.pid
             for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):

@@ -60,11 +60,16 @@ def main(rounds: int = 5, seconds: float = 4.0) -> None:
                 rps_one = run_h2load(f"{one.url}/healthz", load, identity, Path(tmp), shim).rps
                 splits[count].append(seen[0])
                 ratios[count].append(rps_two / rps_one)
-                print(f"round {round_ + 1}/{rounds}, {count} connections: split {seen[0]}, "
-                      f"req/s x{ratios[count][-1]:.2f}", flush=True)  # fmt: skip
+                print(
+                    f"round {round_ + 1}/{rounds}, {count} connections: split {seen[0]}, "
+                    f"req/s x{ratios[count][-1]:.2f}",
+                    flush=True,
+                )
             time.sleep(0.2)
-    print(f"\nh2load -c N -m {STREAMS} -t 1 for {seconds:g} s, {rounds} rounds; connections per worker of "
-          "`--workers 2` read halfway through each run\n")  # fmt: skip
+    print(
+        f"\nh2load -c N -m {STREAMS} -t 1 for {seconds:g} s, {rounds} rounds; connections per worker of "
+        "`--workers 2` read halfway through each run\n"
+    )
     print("| connections | split over the 2 workers (rounds) | req/s, 2 workers over 1: median (range) |")
     print("|---|---|---|")
     for count in COUNTS:

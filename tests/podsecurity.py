@@ -89,13 +89,22 @@ def selinux_options(meta: dict[str, Any], spec: Spec) -> str | None:
 
 SAFE_SYSCTLS = frozenset(  # sysctlsAllowedV1Dot37
     {
-        "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies",
-        "net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start", "net.ipv4.ip_local_reserved_ports",
-        "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-        "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
-        "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_notsent_lowat",
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+        "net.ipv4.tcp_rmem",
+        "net.ipv4.tcp_wmem",
+        "net.ipv4.tcp_slow_start_after_idle",
+        "net.ipv4.tcp_notsent_lowat",
     }
-)  # fmt: skip
+)
 
 
 def sysctls(meta: dict[str, Any], spec: Spec) -> str | None:
@@ -116,8 +125,16 @@ def host_probes_and_lifecycle(meta: dict[str, Any], spec: Spec) -> str | None:
 # ---- restricted checks -----------------------------------------------------------------------------------
 
 ALLOWED_VOLUMES = (
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim", "projected", "secret",
-)  # fmt: skip
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "image",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+)
 
 
 def restricted_volumes(meta: dict[str, Any], spec: Spec) -> str | None:

@@ -75,13 +75,22 @@ def rig(dev_pki: pki.DevPKI, tmp_path: Path) -> Iterator[Rig]:
     names = root / "allowed-names"
     names.write_text(f"# front proxies\n{pki.FRONT_PROXY_CN}\n")
     flags = [
-        "--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
-        "--endpoint-load-metrics-auth", "front-proxy,shared-secret",
-        "--requestheader-client-ca-file", str(live.cert("front_proxy_ca")),
-        "--requestheader-allowed-names-file", str(names),
-        "--endpoint-load-metrics-secret-file", str(live.secret),
-        "--credential-reload-interval", RELOAD, "--metrics-bind-address", "127.0.0.1:0",
-    ]  # fmt: skip
+        "--feature-gates",
+        "RequestCostAggregation=true",
+        "--enable-endpoint-load-metrics",
+        "--endpoint-load-metrics-auth",
+        "front-proxy,shared-secret",
+        "--requestheader-client-ca-file",
+        str(live.cert("front_proxy_ca")),
+        "--requestheader-allowed-names-file",
+        str(names),
+        "--endpoint-load-metrics-secret-file",
+        str(live.secret),
+        "--credential-reload-interval",
+        RELOAD,
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+    ]
     with run_replicas([launch.serve_argv(live, flags)]) as (replica,):
         match = re.search(r"metrics on (http://\S+/metrics)", "".join(replica.process.lines))
         assert match, replica.process.output()

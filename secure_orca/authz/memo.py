@@ -52,8 +52,21 @@ class ConnectionMemo:
     may turn into a grant).
     """
 
-    __slots__ = ("authority", "chain_key", "decision", "identity", "last", "optin", "reader", "recheck", "since",
-                 "timed", "until", "verified", "windows")  # fmt: skip
+    __slots__ = (
+        "authority",
+        "chain_key",
+        "decision",
+        "identity",
+        "last",
+        "optin",
+        "reader",
+        "recheck",
+        "since",
+        "timed",
+        "until",
+        "verified",
+        "windows",
+    )
 
     def __init__(self) -> None:
         self.last: tuple[bytes, bytes] | None = None

@@ -114,7 +114,7 @@ def _sources(args: argparse.Namespace, creds: Any) -> dict[str, dict[str, str]]:
         "secure-orca-serving-ca": {"ca.crt": str(creds.upstream_ca)},
         "secure-orca-front-proxy-client": pair(creds.front_proxy_cert, creds.front_proxy_key),
         "secure-orca-load-reader-client": pair(creds.load_reader_cert, creds.load_reader_key),
-    }  # fmt: skip
+    }
 
 
 def _relative(sources: dict[str, dict[str, str]], directory: Path) -> dict[str, dict[str, str]]:
@@ -130,8 +130,12 @@ def generate(args: argparse.Namespace) -> dict[str, str]:
         raise UsageError("--upstream: deploy balances over the replicas' Service; leave --upstream out")
     if args.secret_inline:
         raise UsageError("--secret-inline: the shared secret stays in a Secret, never in a ConfigMap")
-    for flag, value in (("--replicas", args.replicas), ("--lb-replicas", args.lb_replicas), ("--cpu", args.cpu),
-                        ("--memory", args.memory)):  # fmt: skip
+    for flag, value in (
+        ("--replicas", args.replicas),
+        ("--lb-replicas", args.lb_replicas),
+        ("--cpu", args.cpu),
+        ("--memory", args.memory),
+    ):
         if value < 1:
             raise UsageError(f"{flag}: must be at least 1")
     deployment = m.Deployment(

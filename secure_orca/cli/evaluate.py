@@ -61,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, progress: Callable[[str], None] = log) -> int:
     if args.publish is not None:
         if args.quick or args.no_instructions or args.no_envoy:
-            raise UsageError("--publish writes the committed document: a full run only (no --quick, "
-                             "--no-instructions or --no-envoy)")  # fmt: skip
+            raise UsageError(
+                "--publish writes the committed document: a full run only (no --quick, --no-instructions or --no-envoy)"
+            )
         if args.publish.suffix != ".md":
             raise UsageError(f"--publish {args.publish}: the document's name must end in .md")
     use_envoy = lb.envoy_available() and not args.no_envoy

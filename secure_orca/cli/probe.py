@@ -204,8 +204,17 @@ def row(r: VectorResult, cause_of: dict[int, int], lb_identity_believed: bool = 
         detail = f"{r.identity_detail}; {detail}"
     if id(r) in cause_of:
         detail += f" (cause {cause_of[id(r)]})"
-    return (_outcome_cell(r), _impersonation_cell(r, lb_identity_believed), v.group, v.variant, v.identity,
-            v.protocol, v.path, str(r.status or "-"), detail)  # fmt: skip
+    return (
+        _outcome_cell(r),
+        _impersonation_cell(r, lb_identity_believed),
+        v.group,
+        v.variant,
+        v.identity,
+        v.protocol,
+        v.path,
+        str(r.status or "-"),
+        detail,
+    )
 
 
 def format_causes(causes: list[Cause]) -> str:

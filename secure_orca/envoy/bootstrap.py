@@ -452,8 +452,11 @@ def routes(config: LBConfig) -> list[dict[str, Any]]:
     grpc_type = {"name": "content-type", "string_match": {"prefix": "application/grpc", "ignore_case": True}}
     grpc = {"prefix": "/", "headers": [grpc_type]}
     refuse = [{"match": m, "direct_response": {"status": 404}} for m in ({"prefix": OOB_SERVICE_PREFIX}, grpc)]
-    return [*refuse, _route(config, {"prefix": "/", **safe}, f"{RETRY_ON},reset"),
-            _route(config, {"prefix": "/"}, RETRY_ON)]  # fmt: skip
+    return [
+        *refuse,
+        _route(config, {"prefix": "/", **safe}, f"{RETRY_ON},reset"),
+        _route(config, {"prefix": "/"}, RETRY_ON),
+    ]
 
 
 def _route(config: LBConfig, match: dict[str, Any], retry_on: str) -> dict[str, Any]:

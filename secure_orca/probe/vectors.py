@@ -193,8 +193,9 @@ def spelling_variants() -> list[Variant]:
     """Opt-ins other servers answer: ``endpoint-load-metrics-format`` with each format Envoy parses (TEXT, JSON,
     BIN) and the lower-case values those servers take. Any report they get names the spelling in the verdict."""
     values = (b"TEXT", b"JSON", b"BIN", b"text", b"json")
-    found = [variant(f"format-{v.decode()}", f"{FORMAT_HEADER.decode()}: {v.decode()}", (FORMAT_HEADER, v))
-             for v in values]  # fmt: skip
+    found = [
+        variant(f"format-{v.decode()}", f"{FORMAT_HEADER.decode()}: {v.decode()}", (FORMAT_HEADER, v)) for v in values
+    ]
     # the same header as a server or a proxy in front of it may read it: another letter case (HTTP/1.1 names are
     # case-insensitive; Starlette, which vLLM reads it with, folds them), ``_`` for ``-`` (CGI, WSGI, nginx's
     # underscores_in_headers) and gRPC metadata's ``-bin`` suffix
@@ -243,8 +244,11 @@ LOAD_ENDPOINTS = (
 def load_endpoint_vectors() -> list[Vector]:
     """Each load endpoint asked by a client without a certificate and without an opt-in, as SGLang's own clients
     ask it (the endpoint needs none)."""
-    return [_vector(NO_OPT_IN, NO_CERT, protocol, path, LOAD_ENDPOINT_GROUP)
-            for path in LOAD_ENDPOINTS for protocol in TLS_PROTOCOLS]  # fmt: skip
+    return [
+        _vector(NO_OPT_IN, NO_CERT, protocol, path, LOAD_ENDPOINT_GROUP)
+        for path in LOAD_ENDPOINTS
+        for protocol in TLS_PROTOCOLS
+    ]
 
 
 def flip(secret: str, index: int, rng: random.Random) -> str:
@@ -331,8 +335,10 @@ def impersonation_variants() -> list[Variant]:
         "mixed-case": (b"x-ReMoTe-uSeR", b"X-rEmOtE-gRoUp", b"x-REMOTE-extra-Scopes", b"x-Remote-UID"),
     }
     forged = {name: tuple(zip(names, values, strict=True)) for name, names in spellings.items()}
-    out = [variant(f"forged-{name}", f"forged identity headers, names in {name}", b"TEXT", *fields)
-           for name, fields in forged.items()]  # fmt: skip
+    out = [
+        variant(f"forged-{name}", f"forged identity headers, names in {name}", b"TEXT", *fields)
+        for name, fields in forged.items()
+    ]
     duplicated = (*forged["lower-case"], (b"x-remote-user", FORGED_ROOT.encode()), (b"x-remote-group", values[1]))
     out.append(variant("forged-duplicates", "forged identity headers, each name twice", b"TEXT", *duplicated))
     return out

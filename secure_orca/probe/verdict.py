@@ -400,8 +400,11 @@ def decide(
         )
     unknown = [r for r in (*results, *identity_controls) if r.impersonation == "unknown"]
     if unknown:
-        return "inconclusive", f"no leak found, but {len(unknown)} identities could not be read back " \
-            f"(first: {unknown[0].identity_detail})"  # fmt: skip
+        return (
+            "inconclusive",
+            f"no leak found, but {len(unknown)} identities could not be read back "
+            f"(first: {unknown[0].identity_detail})",
+        )
     forged = sum(1 for r in results if r.impersonation is not None)
     return "no-leak", (
         f"none of {len(results)} vectors got load metrics; the positive control did"

@@ -254,8 +254,9 @@ class OobService:
         timer: asyncio.TimerHandle | None = None
         writes = WriteDeadline(self.write_deadline)
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": list(oob.RESPONSE_HEADERS),
-                        "trailers": True})  # fmt: skip
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": list(oob.RESPONSE_HEADERS), "trailers": True}
+            )
             due = loop.time()
             while True:
                 verdict = await self._verdict(stream, rotation)
@@ -295,9 +296,15 @@ class OobService:
                 await watcher
 
     async def _end(
-        self, stream: _Stream, scope: Scope, control: StreamControl | None, send: Send, end: End, status: Status,
+        self,
+        stream: _Stream,
+        scope: Scope,
+        control: StreamControl | None,
+        send: Send,
+        end: End,
+        status: Status,
         message: str,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """End the stream now: its slot first, then its status trailer if nothing is left unsent (it goes out
         without waiting), else RST_STREAM (a trailer would wait behind the unsent bytes, for ever with a zero
         window). The write deadline always resets: its stream is stuck by definition."""
@@ -308,8 +315,9 @@ class OobService:
             await control.reset(scope)
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        await send({"type": "http.response.trailers", "headers": oob.status_trailers(status, message),
-                    "more_trailers": False})  # fmt: skip
+        await send(
+            {"type": "http.response.trailers", "headers": oob.status_trailers(status, message), "more_trailers": False}
+        )
 
 
 def _certificate(extensions: Scope) -> str:

@@ -9,8 +9,15 @@ from collections.abc import Sequence
 from http import HTTPStatus
 
 DIALECTS = ("kube", "openai")
-_KUBE_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 408: "Timeout", 429: "TooManyRequests",
-                 502: "BadGateway", 504: "Timeout"}  # fmt: skip
+_KUBE_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    408: "Timeout",
+    429: "TooManyRequests",
+    502: "BadGateway",
+    504: "Timeout",
+}
 
 
 def error_body(dialect: str, code: int, message: str = "", reason: str = "") -> dict[str, object]:

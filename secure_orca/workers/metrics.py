@@ -24,9 +24,13 @@ from prometheus_client.registry import Collector
 from secure_orca.workers.board import Board, Region
 
 SAMPLER_FAMILIES = frozenset(
-    {"secure_orca_sampler_ticks", "secure_orca_sampler_errors", "secure_orca_sampler_encodes",
-     "secure_orca_sampler_cpu_seconds"}
-)  # fmt: skip
+    {
+        "secure_orca_sampler_ticks",
+        "secure_orca_sampler_errors",
+        "secure_orca_sampler_encodes",
+        "secure_orca_sampler_cpu_seconds",
+    }
+)
 _CUMULATIVE = frozenset({"counter", "histogram", "summary"})
 
 

@@ -98,8 +98,12 @@ def test_headers_from_anyone_else_are_not_believed(cert: x509.Certificate | None
 
 def test_a_verified_chain_that_expired_since_is_an_error() -> None:
     cert = FP
-    later = Request([(b"x-remote-user", b"a")], cert.not_valid_after_utc + dt.timedelta(seconds=1), cert,
-                    FRONT_PROXY.verify([cert], NOW))  # fmt: skip
+    later = Request(
+        [(b"x-remote-user", b"a")],
+        cert.not_valid_after_utc + dt.timedelta(seconds=1),
+        cert,
+        FRONT_PROXY.verify([cert], NOW),
+    )
     assert requestheader.authenticate(CONFIG, later).error == "requestheader: expired"
 
 
@@ -147,8 +151,12 @@ def test_client_certificate_user_is_cn_and_groups_are_o() -> None:
 
 
 def test_go_reads_the_last_common_name_and_every_organization() -> None:
-    cert = named((NameOID.COMMON_NAME, "first"), (NameOID.ORGANIZATION_NAME, "o1"),
-                 (NameOID.COMMON_NAME, "last"), (NameOID.ORGANIZATION_NAME, "o2"))  # fmt: skip
+    cert = named(
+        (NameOID.COMMON_NAME, "first"),
+        (NameOID.ORGANIZATION_NAME, "o1"),
+        (NameOID.COMMON_NAME, "last"),
+        (NameOID.ORGANIZATION_NAME, "o2"),
+    )
     got = x509_authn.authenticate(request([], cert))
     assert got.user is not None and (got.user.name, got.user.groups) == ("last", ("o1", "o2"))
 
@@ -300,9 +308,12 @@ def test_self_subject_review_omits_empty_fields() -> None:
 def test_requestheader_missing_user_anonymous_is_a_named_deviation() -> None:
     """Not kube: with it, a front proxy naming no user is anonymous; anything else is unchanged."""
     lenient = chain(
-        requestheader_config=CONFIG, client_certs=True, tokens=TOKENS, anonymous_auth=True,
+        requestheader_config=CONFIG,
+        client_certs=True,
+        tokens=TOKENS,
+        anonymous_auth=True,
         proxy_without_user_is_anonymous=True,
-    )  # fmt: skip
+    )
     got = lenient(request([], FP))
     assert got.user is not None and got.user.name == ANONYMOUS
     for headers, cert in [([("authorization", "Bearer wrong")], FP), (IMPERSONATION, pki.issue(FP_CA, "other").cert)]:
@@ -350,8 +361,9 @@ def test_a_failed_authentication_answers_kube_s_401_status() -> None:
 def test_extra_keys_survive_the_round_trip(key: str) -> None:
     """What the aggregator escapes, the requestheader authenticator unescapes to the same key."""
     (header,) = [h for h in requestheader.upstream_headers(UserInfo("u", extra={key: ("v",)})) if b"extra" in h[0]]
-    got = requestheader.authenticate(CONFIG, Request([(b"x-remote-user", b"u"), header], NOW, FP,
-                                                     FRONT_PROXY.verify([FP], NOW)))  # fmt: skip
+    got = requestheader.authenticate(
+        CONFIG, Request([(b"x-remote-user", b"u"), header], NOW, FP, FRONT_PROXY.verify([FP], NOW))
+    )
     assert got.user is not None and dict(got.user.extra) == {key.lower(): ("v",)}
 
 

@@ -162,10 +162,27 @@ def test_start_up_refusals(dev_pki: pki.DevPKI, ca_role: str | None, message: st
 
 def test_probe_cli_knows_the_load_reader(reader_replica: launch.Replica, dev_pki: pki.DevPKI) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "secure_orca", "probe", reader_replica.url, "--cacert", str(dev_pki.cert("ca")),
-         "--lb-cert", str(dev_pki.cert("load_reader_client")), "--lb-key", str(dev_pki.key("load_reader_client")),
-         "--lb-load-reader", "--timing-samples", "0", "--json"],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "secure_orca",
+            "probe",
+            reader_replica.url,
+            "--cacert",
+            str(dev_pki.cert("ca")),
+            "--lb-cert",
+            str(dev_pki.cert("load_reader_client")),
+            "--lb-key",
+            str(dev_pki.key("load_reader_client")),
+            "--lb-load-reader",
+            "--timing-samples",
+            "0",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert json.loads(done.stdout)["verdict"] == "no-leak"

@@ -37,22 +37,36 @@ def bad_cases(p: pki.DevPKI, tmp: Path, busy_port: int) -> dict[str, tuple[list[
     gate = ["--feature-gates", "RequestCostAggregation=true"]
     fp = [*gate, "--enable-endpoint-load-metrics", "--endpoint-load-metrics-auth", "front-proxy,shared-secret"]
     return {
-        "missing file": ([*base(p), *fp, "--requestheader-client-ca-file", str(tmp / "nope.crt")],
-                         "--requestheader-client-ca-file: .* no such file"),
-        "malformed CA": ([*base(p), *fp, "--requestheader-client-ca-file", garbage],
-                         "--requestheader-client-ca-file: .* malformed"),
-        "key mismatch": ([*base(p), "--tls-private-key-file", str(p.key("user"))],
-                         "--tls-private-key-file: .* does not match"),
-        "key is a cert": ([*base(p), "--tls-private-key-file", str(p.cert("ca"))],
-                          "--tls-private-key-file: .* no PEM private key"),
+        "missing file": (
+            [*base(p), *fp, "--requestheader-client-ca-file", str(tmp / "nope.crt")],
+            "--requestheader-client-ca-file: .* no such file",
+        ),
+        "malformed CA": (
+            [*base(p), *fp, "--requestheader-client-ca-file", garbage],
+            "--requestheader-client-ca-file: .* malformed",
+        ),
+        "key mismatch": (
+            [*base(p), "--tls-private-key-file", str(p.key("user"))],
+            "--tls-private-key-file: .* does not match",
+        ),
+        "key is a cert": (
+            [*base(p), "--tls-private-key-file", str(p.cert("ca"))],
+            "--tls-private-key-file: .* no PEM private key",
+        ),
         "cert without key": (["serve", "--tls-cert-file", str(p.cert("server"))], "must be given together"),
-        "empty secret file": ([*base(p), *fp, "--endpoint-load-metrics-secret-file", empty_secret],
-                              "--endpoint-load-metrics-secret-file: .* holds no secret"),
-        "world-readable secret": ([*base(p), *fp, "--endpoint-load-metrics-secret-file", open_secret],
-                                  "--endpoint-load-metrics-secret-file: .* world-readable"),
+        "empty secret file": (
+            [*base(p), *fp, "--endpoint-load-metrics-secret-file", empty_secret],
+            "--endpoint-load-metrics-secret-file: .* holds no secret",
+        ),
+        "world-readable secret": (
+            [*base(p), *fp, "--endpoint-load-metrics-secret-file", open_secret],
+            "--endpoint-load-metrics-secret-file: .* world-readable",
+        ),
         "unknown gate": ([*base(p), "--feature-gates", "Bogus=true"], "--feature-gates: unrecognized feature gate"),
-        "bad duration": ([*base(p), "--endpoint-load-metrics-interval", "100"],
-                         "--endpoint-load-metrics-interval: invalid duration"),
+        "bad duration": (
+            [*base(p), "--endpoint-load-metrics-interval", "100"],
+            "--endpoint-load-metrics-interval: invalid duration",
+        ),
         "interval too short": ([*base(p), "--endpoint-load-metrics-interval", "10us"], "between 1ms and 60s"),
         "unknown mode": ([*base(p), "--endpoint-load-metrics-auth", "trust-me"], "unknown mode trust-me"),
         "flag without gate": ([*base(p), "--enable-endpoint-load-metrics"], "requires --feature-gates"),
@@ -72,26 +86,60 @@ def bad_cases(p: pki.DevPKI, tmp: Path, busy_port: int) -> dict[str, tuple[list[
         "negative workers": ([*base(p), "--workers", "-1"], "--workers: -1 is not between 0 and 64"),
         "bad reload interval": ([*base(p), "--credential-reload-interval", "1ms"], "between 50ms and 1h"),
         "bad metrics address": ([*base(p), "--metrics-bind-address", "nowhere"], "--metrics-bind-address: invalid"),
-        "names twice": ([*base(p), "--requestheader-allowed-names", "a", "--requestheader-allowed-names-file",
-                         str(tmp / "names")], "give either it or --requestheader-allowed-names"),
+        "names twice": (
+            [*base(p), "--requestheader-allowed-names", "a", "--requestheader-allowed-names-file", str(tmp / "names")],
+            "give either it or --requestheader-allowed-names",
+        ),
         "bad decimals": ([*base(p), "--endpoint-load-metrics-decimals", "13"], "between 0 and 12"),
-        "empty names file": ([*base(p), *fp, "--requestheader-client-ca-file", str(p.cert("front_proxy_ca")),
-                              "--requestheader-allowed-names-file", no_names],
-                             "--requestheader-allowed-names-file: .* names no one"),
-        "FIFO secret file": ([*base(p), *fp, "--endpoint-load-metrics-secret-file", str(fifo)],
-                             "--endpoint-load-metrics-secret-file: .* not a regular file"),
-    }  # fmt: skip
+        "empty names file": (
+            [
+                *base(p),
+                *fp,
+                "--requestheader-client-ca-file",
+                str(p.cert("front_proxy_ca")),
+                "--requestheader-allowed-names-file",
+                no_names,
+            ],
+            "--requestheader-allowed-names-file: .* names no one",
+        ),
+        "FIFO secret file": (
+            [*base(p), *fp, "--endpoint-load-metrics-secret-file", str(fifo)],
+            "--endpoint-load-metrics-secret-file: .* not a regular file",
+        ),
+    }
 
 
 CASES = [
-    "missing file", "malformed CA", "key mismatch", "key is a cert", "cert without key", "empty secret file",
-    "world-readable secret", "unknown gate", "bad duration", "interval too short", "unknown mode",
-    "flag without gate", "no usable material", "shared CA, no names", "port in use", "bad port", "bad proxy",
-    "bad proxy timeout", "bad request timeout", "request timeout zero", "goaway chance too high",
-    "too many workers", "negative workers",
-    "bad reload interval", "bad metrics address", "names twice",
-    "bad decimals", "empty names file", "FIFO secret file",
-]  # fmt: skip
+    "missing file",
+    "malformed CA",
+    "key mismatch",
+    "key is a cert",
+    "cert without key",
+    "empty secret file",
+    "world-readable secret",
+    "unknown gate",
+    "bad duration",
+    "interval too short",
+    "unknown mode",
+    "flag without gate",
+    "no usable material",
+    "shared CA, no names",
+    "port in use",
+    "bad port",
+    "bad proxy",
+    "bad proxy timeout",
+    "bad request timeout",
+    "request timeout zero",
+    "goaway chance too high",
+    "too many workers",
+    "negative workers",
+    "bad reload interval",
+    "bad metrics address",
+    "names twice",
+    "bad decimals",
+    "empty names file",
+    "FIFO secret file",
+]
 
 
 def test_every_bad_case_is_run(dev_pki, tmp_path, busy_port) -> None:
@@ -115,8 +163,13 @@ def test_bad_input_is_one_line_exit_2(dev_pki, tmp_path, busy_port, case) -> Non
 
 
 def test_header_only_starts_with_a_warning(dev_pki) -> None:
-    flags = ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
-             "--endpoint-load-metrics-auth", "header-only"]  # fmt: skip
+    flags = [
+        "--feature-gates",
+        "RequestCostAggregation=true",
+        "--enable-endpoint-load-metrics",
+        "--endpoint-load-metrics-auth",
+        "header-only",
+    ]
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         pass
     assert any("WARNING" in line and "header-only" in line for line in replica.process.lines)

@@ -115,17 +115,32 @@ def node(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory) -> Itera
     for writer in node.writers.values():
         writer.during_write = _half_poll
     flags = [
-        "--tls-cert-file", str(root / "serving/tls.crt"), "--tls-private-key-file", str(root / "serving/tls.key"),
-        "--client-ca-file", str(root / "client-ca/ca.crt"),
-        "--requestheader-client-ca-file", str(root / "front-proxy-ca/ca.crt"),
-        "--requestheader-allowed-names-file", str(root / "allowed-names/names"),
-        "--endpoint-load-metrics-client-ca-file", str(root / "load-reader-ca/ca.crt"),
-        "--endpoint-load-metrics-secret-file", str(root / "lb-secret/secret"),
-        "--token-auth-file", str(root / "tokens/tokens.csv"),
-        "--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
-        "--endpoint-load-metrics-auth", "front-proxy,shared-secret,load-reader",
-        "--credential-reload-interval", f"{POLL}s", "--metrics-bind-address", "127.0.0.1:0",
-    ]  # fmt: skip
+        "--tls-cert-file",
+        str(root / "serving/tls.crt"),
+        "--tls-private-key-file",
+        str(root / "serving/tls.key"),
+        "--client-ca-file",
+        str(root / "client-ca/ca.crt"),
+        "--requestheader-client-ca-file",
+        str(root / "front-proxy-ca/ca.crt"),
+        "--requestheader-allowed-names-file",
+        str(root / "allowed-names/names"),
+        "--endpoint-load-metrics-client-ca-file",
+        str(root / "load-reader-ca/ca.crt"),
+        "--endpoint-load-metrics-secret-file",
+        str(root / "lb-secret/secret"),
+        "--token-auth-file",
+        str(root / "tokens/tokens.csv"),
+        "--feature-gates",
+        "RequestCostAggregation=true",
+        "--enable-endpoint-load-metrics",
+        "--endpoint-load-metrics-auth",
+        "front-proxy,shared-secret,load-reader",
+        "--credential-reload-interval",
+        f"{POLL}s",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+    ]
     argv = launch.serve_argv(dev_pki, flags)
     at = argv.index("--tls-cert-file")
     del argv[at : at + 6]  # the dev PKI's serving pair and client CA: the node's volumes instead
@@ -149,8 +164,7 @@ def test_serving_certificate(node: Node, dev_pki: pki.DevPKI) -> None:
     assert node.replica is not None
     ca = load_issued(dev_pki.cert("ca"), dev_pki.key("ca"))
     fresh = pki.issue(ca, "kube-apiserver-rotated", dns=("localhost",), ips=("127.0.0.1", "::1"), eku=None)
-    node.swap("serving", {"tls.crt": (fresh.cert_pem(), 0o644), "tls.key": (fresh.key_pem(), 0o600)},
-              "--tls-cert-file")  # fmt: skip
+    node.swap("serving", {"tls.crt": (fresh.cert_pem(), 0o644), "tls.key": (fresh.key_pem(), 0o600)}, "--tls-cert-file")
     pem = ssl.get_server_certificate((node.replica.host, node.replica.port), ca_certs=str(node.ca))
     assert str(fresh.cert.serial_number) in str(_serial(pem))
 
@@ -240,17 +254,28 @@ def test_envoy_follows_a_shared_secret_swapped_by_kubelet(dev_pki: pki.DevPKI, t
     lb_secret.write({"secret": (f"{old}\n".encode(), 0o600)})
     metrics = f"127.0.0.1:{launch.free_port()}"
     flags = [
-        "--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
-        "--endpoint-load-metrics-auth", "shared-secret",
-        "--endpoint-load-metrics-secret-file", str(replica_secret.target / "secret"),
-        "--credential-reload-interval", f"{POLL}s", "--metrics-bind-address", metrics,
-    ]  # fmt: skip
+        "--feature-gates",
+        "RequestCostAggregation=true",
+        "--enable-endpoint-load-metrics",
+        "--endpoint-load-metrics-auth",
+        "shared-secret",
+        "--endpoint-load-metrics-secret-file",
+        str(replica_secret.target / "secret"),
+        "--credential-reload-interval",
+        f"{POLL}s",
+        "--metrics-bind-address",
+        metrics,
+    ]
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         listen, admin = launch.free_port(), launch.free_port()
         config = files.dev_config(
-            dev_pki, [bootstrap.Upstream("127.0.0.1", replica.port)], option="shared-secret",
-            timing=bootstrap.TEST_TIMING, listen_port=listen, admin_port=admin,
-        )  # fmt: skip
+            dev_pki,
+            [bootstrap.Upstream("127.0.0.1", replica.port)],
+            option="shared-secret",
+            timing=bootstrap.TEST_TIMING,
+            listen_port=listen,
+            admin_port=admin,
+        )
         config = dataclasses.replace(
             config,
             credentials=dataclasses.replace(config.credentials, secret_file=lb_secret.target / "secret"),
@@ -259,8 +284,19 @@ def test_envoy_follows_a_shared_secret_swapped_by_kubelet(dev_pki: pki.DevPKI, t
         ready = ("127.0.0.1", launch.free_port())
         generated = manifests.envoy_files(config, PurePosixPath(lb_config.target), ready)
         lb_config.write({name: (text.encode(), 0o644) for name, text in generated.items()})
-        envoy = launch.start_process("envoy", [binary, "-c", str(lb_config.target / "envoy.yaml"), "--concurrency",
-                                               "1", "-l", "info", "--disable-hot-restart"])  # fmt: skip
+        envoy = launch.start_process(
+            "envoy",
+            [
+                binary,
+                "-c",
+                str(lb_config.target / "envoy.yaml"),
+                "--concurrency",
+                "1",
+                "-l",
+                "info",
+                "--disable-hot-restart",
+            ],
+        )
         try:
             eventually(lambda: _listening(listen), "envoy listening", timeout=30)
             context = ssl.create_default_context(cafile=str(dev_pki.cert("ca")))
@@ -274,8 +310,10 @@ def test_envoy_follows_a_shared_secret_swapped_by_kubelet(dev_pki: pki.DevPKI, t
                 lb_secret.write({"secret": (f"{new}\n".encode(), 0o600)})  # Envoy first: the replica refuses it
                 eventually(lambda: granted() >= 0 and _reports(metrics, "secret", "refused") > 0, "Envoy sends new")
                 replica_secret.write({"secret": (f"{new}\n".encode(), 0o600)})
-                eventually(lambda: "reloaded --endpoint-load-metrics-secret-file" in "".join(replica.process.lines),
-                           "replica reloads")  # fmt: skip
+                eventually(
+                    lambda: "reloaded --endpoint-load-metrics-secret-file" in "".join(replica.process.lines),
+                    "replica reloads",
+                )
                 before, refused = granted(), _reports(metrics, "secret", "refused")
                 for _ in range(5):
                     granted()

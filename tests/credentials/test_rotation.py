@@ -33,8 +33,11 @@ def test_secret_rotation_and_a_refused_empty_file(rig: Rig) -> None:
         assert rig.report(http, f"TEXT; secret={new}")
     assert old not in rig.log() and new not in rig.log()
     metrics = rig.metrics()
-    assert re.search(r'secure_orca_credential_reloads_total\{flag="--endpoint-load-metrics-secret-file",'
-                     r'result="failure"\} 2\.0', metrics)  # fmt: skip
+    assert re.search(
+        r'secure_orca_credential_reloads_total\{flag="--endpoint-load-metrics-secret-file",'
+        r'result="failure"\} 2\.0',
+        metrics,
+    )
     assert re.search(r'secure_orca_load_reports_total\{reason="secret",result="refused"\} [1-9]', metrics)
     assert re.search(r'secure_orca_load_reports_total\{reason="shared-secret",result="attached"\} [1-9]', metrics)
 

@@ -71,9 +71,19 @@ def test_schema_valid_for_kubernetes_1_37(generated: tuple[str, list[dict[str, A
     _, docs = generated
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["Namespace", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap", "Deployment",
-         "Service", "PodDisruptionBudget", "NetworkPolicy"]
-    )  # fmt: skip
+        [
+            "Namespace",
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+        ]
+    )
     for doc in docs:
         kubernetes_validate.validate(doc, "1.37.0", strict=True)
 
@@ -82,9 +92,15 @@ def test_a_wrong_manifest_is_refused_by_the_schemas() -> None:
     """The validator is not vacuous: a field kube does not know is an error in strict mode."""
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(
-            {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "x"},
-             "spec": {"maxUnavailable": 1, "selctor": {}}}, "1.37.0", strict=True,
-        )  # fmt: skip
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "x"},
+                "spec": {"maxUnavailable": 1, "selctor": {}},
+            },
+            "1.37.0",
+            strict=True,
+        )
 
 
 def _serve(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -163,15 +179,17 @@ def test_every_envoy_path_is_mounted(generated: tuple[str, list[dict[str, Any]]]
     assert ("secret-sds.yaml" in data) == ("shared-secret" in option)
 
 
-def test_envoy_accepts_the_bootstrap(generated: tuple[str, list[dict[str, Any]]], dev_pki: pki.DevPKI,
-                                     tmp_path: Path) -> None:  # fmt: skip
+def test_envoy_accepts_the_bootstrap(
+    generated: tuple[str, list[dict[str, Any]]], dev_pki: pki.DevPKI, tmp_path: Path
+) -> None:
     """`envoy --mode validate` on the ConfigMap's files, each mounted path moved to a local copy of its file."""
     envoy = envoy_files.find_envoy()
     if envoy is None:
         pytest.skip("envoy (the envoy extra) is not installed")
     _, docs = generated
-    sources = deploy_cli._sources(build_parser().parse_args(["deploy", "--certs-dir", str(dev_pki.root)]),
-                                  envoy_files.dev_credentials(dev_pki))  # fmt: skip
+    sources = deploy_cli._sources(
+        build_parser().parse_args(["deploy", "--certs-dir", str(dev_pki.root)]), envoy_files.dev_credentials(dev_pki)
+    )
     data = _kind(docs, "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]
     mount = {s: f"{m.MOUNT}/{s.removeprefix('secure-orca-')}" for s in m.SECRETS}
     local = {f"{mount[s]}/{k}": sources[s][k] for s in m.SECRETS for k in m.SECRETS[s][0]}
@@ -242,8 +260,11 @@ def test_envoy_readiness_is_its_admin_ready_through_its_own_listener(
     assert ports[probe["port"]] == m.READY_PORT
     (bootstrap,) = yamltext.load(_kind(docs, "ConfigMap", m.ENVOY_CONFIG_MAP)["data"]["envoy.yaml"])
     assert bootstrap["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
-    (ready,) = [x for x in bootstrap["static_resources"]["listeners"] if x["address"]["socket_address"]["port_value"]
-                == m.READY_PORT]  # fmt: skip
+    (ready,) = [
+        x
+        for x in bootstrap["static_resources"]["listeners"]
+        if x["address"]["socket_address"]["port_value"] == m.READY_PORT
+    ]
     assert ready == m.ready_listener(m.READY_PORT)
     (admin,) = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == m.ADMIN_CLUSTER]
     endpoint = admin["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
@@ -291,9 +312,9 @@ def test_create_secrets_runs_from_any_directory_and_twice_alike(dev_pki: pki.Dev
     assert runs[0].stdout == runs[1].stdout
     secrets = yamltext.load(runs[0].stdout)
     assert sorted(s["metadata"]["name"] for s in secrets) == sorted(
-        set(m.serve_secrets(frozenset({"front-proxy", "shared-secret"}))) | {"secure-orca-lb-serving",
-        "secure-orca-serving-ca", "secure-orca-front-proxy-client"}
-    )  # fmt: skip
+        set(m.serve_secrets(frozenset({"front-proxy", "shared-secret"})))
+        | {"secure-orca-lb-serving", "secure-orca-serving-ca", "secure-orca-front-proxy-client"}
+    )
     sources = deploy_cli._sources(args, envoy_files.dev_credentials(pki.DevPKI(site / "certs")))
     for secret in secrets:
         kubernetes_validate.validate(secret, "1.37.0", strict=True)

@@ -43,8 +43,14 @@ def rig(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     tokens = tmp_path_factory.mktemp("tokens") / "tokens.csv"
     write_private(tokens, "".join(f"{t},{u},uid-{u}\n" for t, u in TOKENS.items()).encode())
     with hostile_backend() as (url, recorded):
-        flags = [*fp_flags(dev_pki), "--requestheader-missing-user=unauthorized", "--token-auth-file", str(tokens),
-                 "--proxy", f"{UP}={url}"]  # fmt: skip
+        flags = [
+            *fp_flags(dev_pki),
+            "--requestheader-missing-user=unauthorized",
+            "--token-auth-file",
+            str(tokens),
+            "--proxy",
+            f"{UP}={url}",
+        ]
         with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
             yield replica, recorded
 
@@ -64,8 +70,14 @@ def remote(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
 Seen = list[list[tuple[str, str]]]
 
 
-def proxied(rig: tuple[launch.Replica, Recorded], dev_pki: pki.DevPKI, protocol: str, cert: ClientCert | None,
-            headers: list[tuple[str, str]], path: str = "/x") -> tuple[httpx.Response, Seen]:  # fmt: skip
+def proxied(
+    rig: tuple[launch.Replica, Recorded],
+    dev_pki: pki.DevPKI,
+    protocol: str,
+    cert: ClientCert | None,
+    headers: list[tuple[str, str]],
+    path: str = "/x",
+) -> tuple[httpx.Response, Seen]:
     """One GET through the proxy, and the headers of every request the upstream received for it."""
     replica, recorded = rig
     before = len(recorded.headers)
@@ -89,8 +101,9 @@ HOSTILE_NAMES = {
 def hostile_certs(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ClientCert]:
     root = tmp_path_factory.mktemp("hostile-names")
     client_ca = load_issued(dev_pki.cert("client_ca"), dev_pki.key("client_ca"))
-    return {key: write_client(root, key, pki.issue(client_ca, cn, organization=o))
-            for key, (cn, o) in HOSTILE_NAMES.items()}  # fmt: skip
+    return {
+        key: write_client(root, key, pki.issue(client_ca, cn, organization=o)) for key, (cn, o) in HOSTILE_NAMES.items()
+    }
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
@@ -108,9 +121,12 @@ def test_certificate_fields_never_split_or_inject_an_upstream_header(rig, dev_pk
     (headers,) = seen
     groups = [organization] if organization else []
     assert sorted(remote(headers)) == sorted(
-        [("x-remote-user", cn), *[("x-remote-group", g) for g in [*groups, "system:authenticated"]],
-         ("x-remote-extra-authentication.kubernetes.io%2fcredential-id", remote(headers)[-1][1])]
-    ), headers  # fmt: skip
+        [
+            ("x-remote-user", cn),
+            *[("x-remote-group", g) for g in [*groups, "system:authenticated"]],
+            ("x-remote-extra-authentication.kubernetes.io%2fcredential-id", remote(headers)[-1][1]),
+        ]
+    ), headers
 
 
 # --- CVE-2021-32777: repeated headers -----------------------------------------------------------------------
@@ -119,8 +135,13 @@ def test_certificate_fields_never_split_or_inject_an_upstream_header(rig, dev_pk
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_repeated_opt_in_gets_no_report_and_never_reaches_the_upstream(rig, dev_pki, client_certs, protocol):
     for values in (["TEXT", "TEXT"], ["TEXT", "BIN"], ["TEXT", ""]):
-        response, (headers,) = proxied(rig, dev_pki, protocol, client_certs["front-proxy"],
-                                       [(OPT_IN, v) for v in values] + [("x-remote-user", "lb")])  # fmt: skip
+        response, (headers,) = proxied(
+            rig,
+            dev_pki,
+            protocol,
+            client_certs["front-proxy"],
+            [(OPT_IN, v) for v in values] + [("x-remote-user", "lb")],
+        )
         assert response.status_code == 200 and REPORT not in response.headers, values
         assert not [n for n, _ in headers if n.lower().startswith("endpoint-load-metrics")], headers
     single, _ = proxied(
@@ -132,13 +153,15 @@ def test_a_repeated_opt_in_gets_no_report_and_never_reaches_the_upstream(rig, de
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_repeated_front_proxy_user_is_read_as_kube_reads_it(rig, dev_pki, client_certs, protocol) -> None:
     """kube's headerValue: the first value of the first configured header whose first value is non-empty."""
-    response, (headers,) = proxied(rig, dev_pki, protocol, client_certs["front-proxy"],
-                                   [("X-Remote-User", "alice"), ("x-remote-user", "mallory")])  # fmt: skip
+    response, (headers,) = proxied(
+        rig, dev_pki, protocol, client_certs["front-proxy"], [("X-Remote-User", "alice"), ("x-remote-user", "mallory")]
+    )
     assert response.status_code == 200
     assert [v for n, v in remote(headers) if n == "x-remote-user"] == ["alice"]
     # An empty first value is no user, even with a second one: not the requestheader's request, so 401.
-    empty_first, seen = proxied(rig, dev_pki, protocol, client_certs["front-proxy"],
-                                [("X-Remote-User", ""), ("x-remote-user", "mallory")])  # fmt: skip
+    empty_first, seen = proxied(
+        rig, dev_pki, protocol, client_certs["front-proxy"], [("X-Remote-User", ""), ("x-remote-user", "mallory")]
+    )
     assert empty_first.status_code == 401 and seen == []
 
 
@@ -187,9 +210,11 @@ def test_bytes_after_a_refused_upgrade_are_a_new_authenticated_request(rig, dev_
     replica, recorded = rig
     before = len(recorded.headers)
     smuggled = f"GET {UP}/smuggled HTTP/1.1\r\nHost: localhost\r\nX-Remote-User: system:admin\r\n\r\n"
-    request = (f"GET {UP}/upgrade HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n"
-               "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-               "HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n" + smuggled)  # fmt: skip
+    request = (
+        f"GET {UP}/upgrade HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n"
+        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n" + smuggled
+    )
     with connect(replica, tls_context(dev_pki, "http/1.1"), timeout=3) as sock:
         sock.sendall(request.encode())
         answer = b""
@@ -208,14 +233,22 @@ def test_bytes_after_a_refused_upgrade_are_a_new_authenticated_request(rig, dev_
 # --- oauth2-proxy CVE-2026-40575, GHSA-5hvv-m4w4-gf6v: forwarded headers, source address, User-Agent --------
 
 SPOOFS = [
-    ("X-Forwarded-For", "127.0.0.1"), ("X-Real-IP", "127.0.0.1"), ("Forwarded", "for=127.0.0.1;proto=https"),
-    ("X-Forwarded-Proto", "https"), ("X-Forwarded-Host", "localhost"), ("X-Forwarded-User", "system:admin"),
-    ("X-Forwarded-Email", "admin@example.com"), ("X-Forwarded-Groups", "system:masters"),
-    ("X-Auth-Request-User", "system:admin"), ("X-Forwarded-Preferred-Username", "system:admin"),
-    ("X-Forwarded-Client-Cert", f"Subject=\"CN={pki.FRONT_PROXY_CN}\";URI="),
-    ("X-Client-Cert", f"CN={pki.FRONT_PROXY_CN}"), ("X-SSL-Client-Verify", "SUCCESS"),
-    ("X-SSL-Client-S-DN", f"CN={pki.FRONT_PROXY_CN}"), ("User-Agent", "envoy"),
-]  # fmt: skip
+    ("X-Forwarded-For", "127.0.0.1"),
+    ("X-Real-IP", "127.0.0.1"),
+    ("Forwarded", "for=127.0.0.1;proto=https"),
+    ("X-Forwarded-Proto", "https"),
+    ("X-Forwarded-Host", "localhost"),
+    ("X-Forwarded-User", "system:admin"),
+    ("X-Forwarded-Email", "admin@example.com"),
+    ("X-Forwarded-Groups", "system:masters"),
+    ("X-Auth-Request-User", "system:admin"),
+    ("X-Forwarded-Preferred-Username", "system:admin"),
+    ("X-Forwarded-Client-Cert", f'Subject="CN={pki.FRONT_PROXY_CN}";URI='),
+    ("X-Client-Cert", f"CN={pki.FRONT_PROXY_CN}"),
+    ("X-SSL-Client-Verify", "SUCCESS"),
+    ("X-SSL-Client-S-DN", f"CN={pki.FRONT_PROXY_CN}"),
+    ("User-Agent", "envoy"),
+]
 AGENTS = ["envoy", "kube-probe/1.38", "Go-http-client/2.0", "grpc-go/1.70", "kube-apiserver-admission"]
 
 
@@ -231,5 +264,4 @@ def test_no_forwarded_header_address_or_agent_grants_anything(rig, dev_pki, prot
     with client(dev_pki, protocol) as http:
         review = http.post(replica.url + REVIEW, headers=headers, content=b"{}")
     assert review.status_code == 201 and REPORT not in review.headers
-    assert review.json()["status"]["userInfo"] == {"username": "system:anonymous",
-                                                   "groups": ["system:unauthenticated"]}  # fmt: skip
+    assert review.json()["status"]["userInfo"] == {"username": "system:anonymous", "groups": ["system:unauthenticated"]}

@@ -33,8 +33,9 @@ from secure_orca.server.audit import log as audit
 SECRET = "s3cr3t/Value+with=signs"
 PATH = "/api/" + "a" * 2000  # the same path in the hostile and the control request
 _RNG = random.Random(26)
-HOSTILE_AUTHORIZATION = ("Bearer " + " ".join(
-    "".join(_RNG.choices(string.ascii_letters + string.digits, k=6)) for _ in range(4800))).encode()  # fmt: skip
+HOSTILE_AUTHORIZATION = (
+    "Bearer " + " ".join("".join(_RNG.choices(string.ascii_letters + string.digits, k=6)) for _ in range(4800))
+).encode()
 CONTROL_AUTHORIZATION = b"Bearer " + HOSTILE_AUTHORIZATION.split(b" ")[1]  # one part: the same token
 
 
@@ -261,8 +262,17 @@ def _decoded(text: str) -> bytes:
 @given(_placed())
 def test_no_percent_encoding_of_a_configured_credential_is_written(placed: tuple[str, str, bytes, bytes]) -> None:
     secret, spelled, path, query = placed
-    record = audit.AuditRecord({"type": "http", "method": "GET", "path": "", "raw_path": path,
-                                "query_string": query, "headers": [], "client": None})  # fmt: skip
+    record = audit.AuditRecord(
+        {
+            "type": "http",
+            "method": "GET",
+            "path": "",
+            "raw_path": path,
+            "query_string": query,
+            "headers": [],
+            "client": None,
+        }
+    )
     line = audit.line(record, audit.Redactor([secret, "another-Configured+token"]))
     uri: str = json.loads(line)["requestURI"]
     assert spelled not in uri

@@ -60,8 +60,16 @@ async def _ok(scope: Any, receive: Any, send: Any) -> None:
 
 
 def _scope(n: int, query: bytes = b"") -> dict[str, Any]:
-    return {"type": "http", "method": "GET", "path": "/version", "raw_path": b"/version", "query_string": query,
-            "headers": [], "client": ("127.0.0.1", 1), "id": str(uuid.UUID(int=n)).encode()}  # fmt: skip
+    return {
+        "type": "http",
+        "method": "GET",
+        "path": "/version",
+        "raw_path": b"/version",
+        "query_string": query,
+        "headers": [],
+        "client": ("127.0.0.1", 1),
+        "id": str(uuid.UUID(int=n)).encode(),
+    }
 
 
 def test_one_process_in_blocking_strict_answers_200_only_with_its_event_written(tmp_path: Path) -> None:

@@ -82,8 +82,17 @@ def test_a_relay_refuses_a_line_larger_than_its_bound_and_never_splits_it(caplog
 
 def _record(index: int) -> audit.AuditRecord:
     path = f"/flood/{index}/" + "a" * 8000
-    record = audit.AuditRecord({"type": "http", "method": "GET", "path": path, "raw_path": path.encode(),
-                                "query_string": b"", "headers": [], "client": ("127.0.0.1", 1)})  # fmt: skip
+    record = audit.AuditRecord(
+        {
+            "type": "http",
+            "method": "GET",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "headers": [],
+            "client": ("127.0.0.1", 1),
+        }
+    )
     record.status, record.stage = 200, record.received
     return record
 

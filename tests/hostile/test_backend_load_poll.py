@@ -45,8 +45,15 @@ def polls(backend: str) -> int:
 
 
 def gateway(dev_pki: pki.DevPKI, route: str, *extra: str) -> list[str]:
-    flags = fp_flags(dev_pki, "front-proxy,shared-secret", "--proxy", route,
-                     "--endpoint-load-metrics-oob-min-interval", f"{int(PERIOD * 1000)}ms", *extra)  # fmt: skip
+    flags = fp_flags(
+        dev_pki,
+        "front-proxy,shared-secret",
+        "--proxy",
+        route,
+        "--endpoint-load-metrics-oob-min-interval",
+        f"{int(PERIOD * 1000)}ms",
+        *extra,
+    )
     return launch.serve_argv(dev_pki, flags)
 
 
@@ -150,8 +157,14 @@ def load_rig(dev_pki: pki.DevPKI) -> Iterator[tuple[launch.Replica, str, str]]:
     with ExitStack() as stack:
         sglang = stack.enter_context(running("sglang_like"))
         vllm = stack.enter_context(vllm_like())
-        flags = fp_flags(dev_pki, "front-proxy,shared-secret", "--proxy", f"/v1={sglang}/v1;report=backend",
-                         "--proxy", f"/={vllm};report=backend")  # fmt: skip
+        flags = fp_flags(
+            dev_pki,
+            "front-proxy,shared-secret",
+            "--proxy",
+            f"/v1={sglang}/v1;report=backend",
+            "--proxy",
+            f"/={vllm};report=backend",
+        )
         (replica,) = stack.enter_context(run_replicas([launch.serve_argv(dev_pki, flags)]))
         yield replica, sglang, vllm
 
@@ -194,9 +207,9 @@ def test_other_paths_pass_unchanged(load_rig: tuple[launch.Replica, str, str], d
         models = http.get(f"{replica.url}/v1/models")
         beside = http.get(f"{replica.url}/v1/loadsx")
     assert models.status_code == 200 and models.json()["data"]
-    assert beside.status_code == 404 and beside.json() == {"error": {"message": "/v1/loadsx not found",
-                                                                     "type": "NotFoundError", "param": None,
-                                                                     "code": 404}}  # fmt: skip
+    assert beside.status_code == 404 and beside.json() == {
+        "error": {"message": "/v1/loadsx not found", "type": "NotFoundError", "param": None, "code": 404}
+    }
 
 
 # --- hostile or broken load endpoints: each poll fails, nothing of theirs reaches the stream ----------------

@@ -49,8 +49,10 @@ class Rig:
 
     def dialect_seen(self, since: int) -> list[list[tuple[str, str]]]:
         """Every dialect header the backend received since ``since``, per request."""
-        return [[(n, v) for n, v in headers if n.lower().encode() in DIALECT_SPELLINGS]
-                for headers in self.recorded.headers[since:]]  # fmt: skip
+        return [
+            [(n, v) for n, v in headers if n.lower().encode() in DIALECT_SPELLINGS]
+            for headers in self.recorded.headers[since:]
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +60,15 @@ def rig(dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert]) -> Iterator[Ri
     with reporting_backend() as (url, recorded):
         flags = [
             *fp_flags(dev_pki),
-            "--proxy", f"/backend={url};report=backend",
-            "--proxy", f"/json={url};report=backend;backend-format=json",
-            "--proxy", f"/merged={url};report=merged",
-            "--proxy", f"/local={url}",
-        ]  # fmt: skip
+            "--proxy",
+            f"/backend={url};report=backend",
+            "--proxy",
+            f"/json={url};report=backend;backend-format=json",
+            "--proxy",
+            f"/merged={url};report=merged",
+            "--proxy",
+            f"/local={url}",
+        ]
         with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
             yield Rig(replica, recorded, dev_pki, client_certs["front-proxy"])
 

@@ -39,8 +39,9 @@ def connected() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]
 
 
 def request(server: h2.connection.H2Connection, client: h2.connection.H2Connection, stream_id: int) -> None:
-    client.send_headers(stream_id, [(":method", "GET"), (":path", "/"), (":scheme", "https"), (":authority", "a")],
-                        end_stream=True)  # fmt: skip
+    client.send_headers(
+        stream_id, [(":method", "GET"), (":path", "/"), (":scheme", "https"), (":authority", "a")], end_stream=True
+    )
     server.receive_data(client.data_to_send())
 
 
@@ -74,8 +75,11 @@ def test_interleaved_streams_get_the_report_exactly_where_it_was_attached() -> N
         stream_id = 2 * round_ + 1
         request(server, client, stream_id)
         granted[stream_id] = round_ % 3 != 1
-        fields = [(b":status", b"200"), FIELD, (b"audit-id", b"%d" % round_)] if granted[stream_id] else [
-            (b":status", b"200"), (b"audit-id", b"%d" % round_)]  # fmt: skip
+        fields = (
+            [(b":status", b"200"), FIELD, (b"audit-id", b"%d" % round_)]
+            if granted[stream_id]
+            else [(b":status", b"200"), (b"audit-id", b"%d" % round_)]
+        )
         server.send_headers(stream_id, fields, end_stream=True)
         got = responses(server, client)[stream_id]
         assert (FIELD in got) is granted[stream_id]

@@ -84,9 +84,13 @@ replica = replica_fixture()
 
 @pytest.mark.parametrize("name", SUBJECTS)
 def test_the_server_authenticates_exactly_gos_identity(
-    name: str, issued: dict[str, pki.Issued], go_reads, replica: launch.Replica, dev_pki: pki.DevPKI,
+    name: str,
+    issued: dict[str, pki.Issued],
+    go_reads,
+    replica: launch.Replica,
+    dev_pki: pki.DevPKI,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     cert, key = tmp_path / "c.crt", tmp_path / "c.key"
     cert.write_bytes(issued[name].cert_pem())
     key.write_bytes(issued[name].key_pem())

@@ -87,8 +87,10 @@ def test_an_unread_body_never_blocks_the_other_streams(replica: launch.Replica, 
     client = H2Client.connect(replica, dev_pki.cert("ca"))
     try:
         unread = client.conn.get_next_available_stream_id()
-        client.conn.send_headers(unread, [(":method", "POST"), (":path", "/work?cpu_ms=50"), (":scheme", "https"),
-                                          (":authority", "localhost")])  # fmt: skip
+        client.conn.send_headers(
+            unread,
+            [(":method", "POST"), (":path", "/work?cpu_ms=50"), (":scheme", "https"), (":authority", "localhost")],
+        )
         client.streams[unread] = H2Stream()
         for _ in range(20):  # one write: every frame is read while the application works
             client.conn.send_data(unread, b"x" * 100)

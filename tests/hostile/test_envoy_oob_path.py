@@ -48,8 +48,9 @@ def test_no_client_of_envoy_gets_the_stream(dev_pki: pki.DevPKI) -> None:
     ):
         for path, content_type in CALLS:
             headers = {"content-type": content_type, "te": "trailers"}
-            request = client.build_request("POST", deployed.envoy.url + path, headers=headers,
-                                           content=oob.request_frame(1.0))  # fmt: skip
+            request = client.build_request(
+                "POST", deployed.envoy.url + path, headers=headers, content=oob.request_frame(1.0)
+            )
             request.url = request.url.copy_with(raw_path=path.encode())
             response = client.send(request, stream=True)
             try:

@@ -99,10 +99,30 @@ def test_ready_is_the_admin_answer(ports: tuple[int, int]) -> None:
     assert _request(ready, "GET", "/ready") == (200, "LIVE\n")
 
 
-TARGETS = ["/clusters", "/config_dump", "/stats", "/server_info", "/certs", "/ready/", "/READY", "//ready", "/./ready",
-           "/ready/../clusters", "/%72eady", "/ready%00", "/stats?filter=ready", "http://lb/clusters"]  # fmt: skip
-ACTIONS = ["/quitquitquit", "/healthcheck/fail", "/drain_listeners", "/logging?level=trace", "/reset_counters",
-           "/ready"]  # fmt: skip
+TARGETS = [
+    "/clusters",
+    "/config_dump",
+    "/stats",
+    "/server_info",
+    "/certs",
+    "/ready/",
+    "/READY",
+    "//ready",
+    "/./ready",
+    "/ready/../clusters",
+    "/%72eady",
+    "/ready%00",
+    "/stats?filter=ready",
+    "http://lb/clusters",
+]
+ACTIONS = [
+    "/quitquitquit",
+    "/healthcheck/fail",
+    "/drain_listeners",
+    "/logging?level=trace",
+    "/reset_counters",
+    "/ready",
+]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -22,8 +22,17 @@ import pytest
 )
 def test_publish_refuses_before_measuring(tmp_path: Path, extra: list[str], name: str, message: str) -> None:
     target = tmp_path / name
-    argv = [sys.executable, "-m", "secure_orca", "evaluate", *extra, "--output", str(tmp_path / "out"),
-            "--publish", str(target)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "secure_orca",
+        "evaluate",
+        *extra,
+        "--output",
+        str(tmp_path / "out"),
+        "--publish",
+        str(target),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr[-2000:]
     assert message in done.stderr and "Traceback" not in done.stderr

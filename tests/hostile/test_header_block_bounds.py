@@ -111,8 +111,9 @@ def test_a_size_update_after_a_field_is_refused() -> None:
 def test_up_to_two_size_updates_are_served(updates: int) -> None:
     index, code, events = refusal(opened(), frames(request_block(updates)))
     assert (index, code) == (1, None)
-    assert requests_of(events) == [[(b":method", b"GET"), (b":scheme", b"https"), (b":path", b"/healthz"),
-                                     (b":authority", b"localhost")]]  # fmt: skip
+    assert requests_of(events) == [
+        [(b":method", b"GET"), (b":scheme", b"https"), (b":path", b"/healthz"), (b":authority", b"localhost")]
+    ]
 
 
 @pytest.mark.parametrize("huffman", [True, False])

@@ -24,14 +24,25 @@ from ..conftest import ClientCert, fp_flags
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 ECHO = "/apis/echo.example.com"
 FORGERIES = {
-    "plain": [("X-Remote-User", "system:admin"), ("X-Remote-Group", "system:masters"),
-              ("X-Remote-Extra-Scopes", "cluster-admin"), ("X-Remote-Uid", "0")],
-    "case": [("x-REMOTE-user", "system:admin"), ("X-REMOTE-GROUP", "system:masters"),
-             ("x-remote-extra-SCOPES", "cluster-admin")],
-    "duplicates": [("x-remote-user", "system:admin"), ("x-remote-user", "root"),
-                   ("x-remote-group", "system:masters"), ("x-remote-group", "system:masters")],
+    "plain": [
+        ("X-Remote-User", "system:admin"),
+        ("X-Remote-Group", "system:masters"),
+        ("X-Remote-Extra-Scopes", "cluster-admin"),
+        ("X-Remote-Uid", "0"),
+    ],
+    "case": [
+        ("x-REMOTE-user", "system:admin"),
+        ("X-REMOTE-GROUP", "system:masters"),
+        ("x-remote-extra-SCOPES", "cluster-admin"),
+    ],
+    "duplicates": [
+        ("x-remote-user", "system:admin"),
+        ("x-remote-user", "root"),
+        ("x-remote-group", "system:masters"),
+        ("x-remote-group", "system:masters"),
+    ],
     "underscores": [("x_remote_user", "system:admin"), ("X_Remote_Group", "system:masters")],
-}  # fmt: skip
+}
 FORGED_VALUES = {"system:admin", "root", "system:masters", "cluster-admin", "0"}
 # What the chain answers: a believed user, anonymous, or 401 (None); or a refused handshake (OpenSSL, unlike
 # Go, refuses an unknown CA or a clientAuth-less certificate in the handshake).
@@ -67,8 +78,9 @@ def replica(dev_pki: pki.DevPKI, backend_url: str) -> Iterator[launch.Replica]:
         yield started
 
 
-def call(replica: launch.Replica, dev_pki: pki.DevPKI, protocol: str, cert: ClientCert | None,
-         headers: list[tuple[str, str]]) -> tuple[httpx.Response, httpx.Response] | None:  # fmt: skip
+def call(
+    replica: launch.Replica, dev_pki: pki.DevPKI, protocol: str, cert: ClientCert | None, headers: list[tuple[str, str]]
+) -> tuple[httpx.Response, httpx.Response] | None:
     """POST a review and GET the echo backend with ``headers``; None when the handshake is refused. A timeout is
     no verdict (a busy machine, not a refusal): the call is tried again, at most three times in all. So is a
     connection that ends (a refused certificate ends every attempt alike; under a full suite's load, one HTTP/1.1
@@ -97,9 +109,13 @@ FAILURES: list[str] = []
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("cert_name", EXPECTED)
 def test_forged_identity_is_never_believed(
-    replica: launch.Replica, dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert],
-    cert_name: str | None, protocol: str, forgery: str,
-) -> None:  # fmt: skip
+    replica: launch.Replica,
+    dev_pki: pki.DevPKI,
+    client_certs: dict[str, ClientCert],
+    cert_name: str | None,
+    protocol: str,
+    forgery: str,
+) -> None:
     InjectingBackend.seen = []
     got = call(replica, dev_pki, protocol, client_certs[cert_name] if cert_name else None, FORGERIES[forgery])
     expected = EXPECTED[cert_name]
@@ -129,19 +145,33 @@ def test_the_real_front_proxy_is_believed_and_its_identity_relayed(
 ) -> None:
     """The positive control: by design, the front proxy's certificate can assert anyone."""
     InjectingBackend.seen = []
-    asserted = [("X-Remote-User", "alice"), ("x-remote-group", "devs"), ("x-remote-group", "system:masters"),
-                ("X-Remote-Extra-Reason%2Fwhy", "audit"), ("x-remote-uid", "u-1")]  # fmt: skip
+    asserted = [
+        ("X-Remote-User", "alice"),
+        ("x-remote-group", "devs"),
+        ("x-remote-group", "system:masters"),
+        ("X-Remote-Extra-Reason%2Fwhy", "audit"),
+        ("x-remote-uid", "u-1"),
+    ]
     got = call(replica, dev_pki, protocol, client_certs["front-proxy"], asserted)
     assert got is not None
     review, _ = got
     info = review.json()["status"]["userInfo"]
-    assert info == {"username": "alice", "uid": "u-1", "groups": ["devs", "system:masters", "system:authenticated"],
-                    "extra": {"reason/why": ["audit"]}}  # fmt: skip
+    assert info == {
+        "username": "alice",
+        "uid": "u-1",
+        "groups": ["devs", "system:masters", "system:authenticated"],
+        "extra": {"reason/why": ["audit"]},
+    }
     (seen,) = InjectingBackend.seen
     remote = sorted((n.lower(), v) for n, v in seen if n.lower().startswith("x-remote-"))
-    assert remote == [("x-remote-extra-reason%2fwhy", "audit"), ("x-remote-group", "devs"),
-                      ("x-remote-group", "system:authenticated"), ("x-remote-group", "system:masters"),
-                      ("x-remote-uid", "u-1"), ("x-remote-user", "alice")]  # fmt: skip
+    assert remote == [
+        ("x-remote-extra-reason%2fwhy", "audit"),
+        ("x-remote-group", "devs"),
+        ("x-remote-group", "system:authenticated"),
+        ("x-remote-group", "system:masters"),
+        ("x-remote-uid", "u-1"),
+        ("x-remote-user", "alice"),
+    ]
 
 
 def test_front_proxy_naming_no_user_is_unauthorized(
@@ -156,13 +186,20 @@ def test_configured_header_names_are_believed_from_the_proxy_only_and_never_pass
     dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert], backend_url: str, protocol: str
 ) -> None:
     custom = [
-        "--requestheader-username-headers", "X-Proxy-User,X-Remote-User",
-        "--requestheader-group-headers", "X-Proxy-Group",
-        "--requestheader-extra-headers-prefix", "X-Proxy-Extra-,X-Remote-Extra-",
-    ]  # fmt: skip
+        "--requestheader-username-headers",
+        "X-Proxy-User,X-Remote-User",
+        "--requestheader-group-headers",
+        "X-Proxy-Group",
+        "--requestheader-extra-headers-prefix",
+        "X-Proxy-Extra-,X-Remote-Extra-",
+    ]
     flags = [*fp_flags(dev_pki), *custom, "--proxy", f"{ECHO}={backend_url}"]
-    forged = [("X-Proxy-User", "system:admin"), ("x-proxy-group", "system:masters"), ("X-PROXY-EXTRA-scopes", "all"),
-              ("x_proxy_user", "root")]  # fmt: skip
+    forged = [
+        ("X-Proxy-User", "system:admin"),
+        ("x-proxy-group", "system:masters"),
+        ("X-PROXY-EXTRA-scopes", "all"),
+        ("x_proxy_user", "root"),
+    ]
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         InjectingBackend.seen = []
         anonymous = call(replica, dev_pki, protocol, None, forged)
@@ -170,8 +207,10 @@ def test_configured_header_names_are_believed_from_the_proxy_only_and_never_pass
     assert anonymous is not None and proxied is not None
     assert anonymous[0].json()["status"]["userInfo"]["username"] == "system:anonymous"
     assert proxied[0].json()["status"]["userInfo"] == {
-        "username": "bob", "groups": ["system:masters", "system:authenticated"], "extra": {"scopes": ["all"]}
-    }  # fmt: skip
+        "username": "bob",
+        "groups": ["system:masters", "system:authenticated"],
+        "extra": {"scopes": ["all"]},
+    }
     first, second = InjectingBackend.seen
     for seen in (first, second):
         assert not [n for n, _ in seen if n.lower().replace("_", "-").startswith("x-proxy-")], seen
@@ -187,14 +226,22 @@ def test_configured_names_with_underscores_never_reach_the_upstream(
     ``x_user: system:admin`` and the upstream got it beside our own X-Remote-User. Every spelling of every
     configured name and prefix (case, ``_`` or ``-``) is removed; the front proxy is still believed."""
     custom = [
-        "--requestheader-username-headers", "X_User",
-        "--requestheader-group-headers", "X_Group",
-        "--requestheader-extra-headers-prefix", "X_Extra_",
-    ]  # fmt: skip
+        "--requestheader-username-headers",
+        "X_User",
+        "--requestheader-group-headers",
+        "X_Group",
+        "--requestheader-extra-headers-prefix",
+        "X_Extra_",
+    ]
     flags = [*fp_flags(dev_pki), *custom, "--proxy", f"{ECHO}={backend_url}"]
-    forged = [("x_user", "system:admin"), ("X-User", "root"), ("x_group", "system:masters"),
-              ("X-Group", "system:masters"), ("x_extra_scopes", "cluster-admin"),
-              ("X-EXTRA-scopes", "cluster-admin")]  # fmt: skip
+    forged = [
+        ("x_user", "system:admin"),
+        ("X-User", "root"),
+        ("x_group", "system:masters"),
+        ("X-Group", "system:masters"),
+        ("x_extra_scopes", "cluster-admin"),
+        ("X-EXTRA-scopes", "cluster-admin"),
+    ]
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         InjectingBackend.seen = []
         anonymous = call(replica, dev_pki, protocol, None, forged)

@@ -22,8 +22,12 @@ from tests import podsecurity
 from tests.networkpolicy import Peer, admits
 
 OPTIONS = ("front-proxy,shared-secret", "load-reader", "header-only")
-MONITORING = ["--metrics-namespace-selector", "kubernetes.io/metadata.name=monitoring",
-              "--metrics-pod-selector", "app.kubernetes.io/name=prometheus"]  # fmt: skip
+MONITORING = [
+    "--metrics-namespace-selector",
+    "kubernetes.io/metadata.name=monitoring",
+    "--metrics-pod-selector",
+    "app.kubernetes.io/name=prometheus",
+]
 
 
 def _documents(certs: Path, *flags: str) -> list[dict[str, Any]]:

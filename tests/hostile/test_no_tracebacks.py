@@ -52,8 +52,14 @@ def h2_connect_without_path(replica: launch.Replica, dev_pki: pki.DevPKI) -> int
 
 
 def h2_extended_connect_websocket(replica: launch.Replica, dev_pki: pki.DevPKI) -> int | None:
-    headers = [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/version"),
-               (":authority", "localhost"), ("sec-websocket-version", "13")]  # fmt: skip
+    headers = [
+        (":method", "CONNECT"),
+        (":protocol", "websocket"),
+        (":scheme", "https"),
+        (":path", "/version"),
+        (":authority", "localhost"),
+        ("sec-websocket-version", "13"),
+    ]
     reply = h2_request(replica, dev_pki, headers)
     return reply.status if reply.status is not None else _reset(reply)
 
@@ -67,8 +73,13 @@ def te_and_cl_through_proxy(replica: launch.Replica, dev_pki: pki.DevPKI) -> int
 
 
 def content_length_lies_through_proxy(replica: launch.Replica, dev_pki: pki.DevPKI) -> int | None:
-    headers = [(":method", "POST"), (":path", "/apis/x/y"), (":scheme", "https"), (":authority", "localhost"),
-               ("content-length", "100")]  # fmt: skip
+    headers = [
+        (":method", "POST"),
+        (":path", "/apis/x/y"),
+        (":scheme", "https"),
+        (":authority", "localhost"),
+        ("content-length", "100"),
+    ]
     reply = h2_request(replica, dev_pki, headers, body=b"short")
     return reply.status if reply.status is not None else _reset(reply)
 
@@ -82,8 +93,16 @@ def trailers_after_early_response(replica: launch.Replica, dev_pki: pki.DevPKI) 
     """A request body with trailers to an endpoint that answers without reading the body."""
     with connect(replica, tls_context(dev_pki, "h2")) as sock:
         loop = h2_loop(sock)
-        stream = loop.request([(":method", "POST"), (":path", "/healthz"), (":scheme", "https"),
-                               (":authority", "localhost"), ("te", "trailers")], end=False)  # fmt: skip
+        stream = loop.request(
+            [
+                (":method", "POST"),
+                (":path", "/healthz"),
+                (":scheme", "https"),
+                (":authority", "localhost"),
+                ("te", "trailers"),
+            ],
+            end=False,
+        )
         reply = read_stream(loop, stream)  # the response arrives before the body is sent
         loop.conn.send_data(stream, b"late body")
         loop.conn.send_headers(stream, [("x-trailer", "late")], end_stream=True)

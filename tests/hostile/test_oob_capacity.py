@@ -73,9 +73,14 @@ class Reader:
 
 def reader_flags(dev: pki.DevPKI, *extra: str) -> list[str]:
     return lb.replica_flags(
-        dev, "front-proxy,load-reader", "--credential-reload-interval", "0.1s", "--metrics-bind-address",
-        "127.0.0.1:0", *extra,
-    )  # fmt: skip
+        dev,
+        "front-proxy,load-reader",
+        "--credential-reload-interval",
+        "0.1s",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+        *extra,
+    )
 
 
 def metrics(replica: launch.Replica) -> dict[str, float]:

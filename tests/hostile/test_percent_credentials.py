@@ -32,8 +32,17 @@ OTHER = "another-Configured+token"
 
 
 def _record(path: bytes = b"/api", query: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None) -> Any:
-    return audit.AuditRecord({"type": "http", "method": "GET", "path": "", "raw_path": path, "query_string": query,
-                              "headers": headers or [], "client": ("127.0.0.1", 5555)})  # fmt: skip
+    return audit.AuditRecord(
+        {
+            "type": "http",
+            "method": "GET",
+            "path": "",
+            "raw_path": path,
+            "query_string": query,
+            "headers": headers or [],
+            "client": ("127.0.0.1", 5555),
+        }
+    )
 
 
 def _written(record: Any, known: tuple[str, ...] = (TOKEN, OTHER)) -> str:
@@ -116,8 +125,9 @@ def test_a_live_server_writes_no_spelling_of_a_token_with_a_percent(dev_pki: pki
     configured, and no spelling of it, sent in the query, the User-Agent and the Authorization, is in the log."""
     tokens = write_private(tmp_path / "tokens.csv", f'{TOKEN},jane,1001,"dev"\n'.encode())
     log = tmp_path / "audit" / "audit.log"
-    argv = launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--token-auth-file", str(tokens), "--audit-log-path",
-                                       str(log)])  # fmt: skip
+    argv = launch.serve_argv(
+        dev_pki, [*fp_flags(dev_pki), "--token-auth-file", str(tokens), "--audit-log-path", str(log)]
+    )
     with run_replicas([argv]) as (replica,):
         statuses = []
         for spelled in SPELLINGS.values():

@@ -46,13 +46,19 @@ def rig(dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert]) -> Iterator[Ri
     with recording_backend() as (url, recorded):
         flags = [
             *fp_flags(dev_pki),
-            "--proxy", f"/pass={url};authorization=pass",
-            "--proxy", f"/strip={url}",
-            "--proxy", f"/openai={url}/v1;errors=openai",
-            "--proxy", f"/openai-down={nothing_there};errors=openai",
-            "--proxy-readiness", "require",
-            "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
-        ]  # fmt: skip
+            "--proxy",
+            f"/pass={url};authorization=pass",
+            "--proxy",
+            f"/strip={url}",
+            "--proxy",
+            f"/openai={url}/v1;errors=openai",
+            "--proxy",
+            f"/openai-down={nothing_there};errors=openai",
+            "--proxy-readiness",
+            "require",
+            "--metrics-bind-address",
+            f"127.0.0.1:{metrics_port}",
+        ]
         with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
             yield Rig(replica, recorded, dev_pki, client_certs["front-proxy"], metrics_port)
 

@@ -59,12 +59,17 @@ def rig(dev_pki: pki.DevPKI, client_certs: dict[str, ClientCert]) -> Iterator[Ri
     with streaming_backend() as (url, generations):
         flags = [
             *fp_flags(dev_pki),
-            "--proxy", f"/v1={url}/v1",
-            "--proxy", f"/short={url};idle-timeout=1s;first-byte-timeout=1s",
-            "--proxy", f"/total={url};total-timeout=1s",
-            "--proxy-timeout", "1s",
-            "--proxy-max-in-flight-anonymous", str(ANONYMOUS_LIMIT),
-        ]  # fmt: skip
+            "--proxy",
+            f"/v1={url}/v1",
+            "--proxy",
+            f"/short={url};idle-timeout=1s;first-byte-timeout=1s",
+            "--proxy",
+            f"/total={url};total-timeout=1s",
+            "--proxy-timeout",
+            "1s",
+            "--proxy-max-in-flight-anonymous",
+            str(ANONYMOUS_LIMIT),
+        ]
         with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
             yield Rig(replica, generations, dev_pki, client_certs["front-proxy"])
             assert_no_traceback(replica)
@@ -76,8 +81,9 @@ def test_h2_one_identity_runs_many_streams_with_bodies(rig: Rig) -> None:
     before = len(rig.generations)
     clients = [rig.h2(rig.lb) for _ in range(2)]
     try:
-        streams = [(c, c.start("POST", f"/v1/stream?n=3&gap=0.2&i={i}", LB_USER)) for i in range(STREAMS // 2)
-                   for c in clients]  # fmt: skip
+        streams = [
+            (c, c.start("POST", f"/v1/stream?n=3&gap=0.2&i={i}", LB_USER)) for i in range(STREAMS // 2) for c in clients
+        ]
         for client, stream in streams:
             client.data(stream, b"prompt part one, ", end=False)  # the body comes in parts: an upload in flight
         for client, stream in streams:

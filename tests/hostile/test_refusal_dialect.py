@@ -29,11 +29,15 @@ def replica(dev_pki: pki.DevPKI) -> Iterator[launch.Replica]:
         flags = [
             *fp_flags(dev_pki),
             "--anonymous-auth=false",
-            "--request-timeout", "1s",
-            "--proxy", f"/openai={url}/v1;errors=openai",
-            "--proxy", f"/openai/kube={url}",
-            "--proxy", f"/kube={url}",
-        ]  # fmt: skip
+            "--request-timeout",
+            "1s",
+            "--proxy",
+            f"/openai={url}/v1;errors=openai",
+            "--proxy",
+            f"/openai/kube={url}",
+            "--proxy",
+            f"/kube={url}",
+        ]
         with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
             yield replica
 

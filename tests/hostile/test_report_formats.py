@@ -47,8 +47,14 @@ def parsed(value: str) -> orca_load_report_pb2.OrcaLoadReport:
     return message
 
 
-def get(rig: tuple[launch.Replica, Recorded], ca: pki.DevPKI, path: str, optin: str, cert: ClientCert | None,
-        protocol: str = "h2") -> httpx.Response:  # fmt: skip
+def get(
+    rig: tuple[launch.Replica, Recorded],
+    ca: pki.DevPKI,
+    path: str,
+    optin: str,
+    cert: ClientCert | None,
+    protocol: str = "h2",
+) -> httpx.Response:
     with proxied.client(ca.cert("ca"), protocol, cert) as http:
         return http.get(f"{rig[0].url}{path}", headers={OPTIN: optin, **LB})
 

@@ -35,8 +35,15 @@ def stall_uploads(replica: launch.Replica, dev_pki: pki.DevPKI) -> tuple[ssl.SSL
     loop = h2_loop(sock)
     streams = [1 + 2 * i for i in range(STALLED_STREAMS)]
     for stream_id in streams:
-        loop.conn.send_headers(stream_id, [(":method", "POST"), (":path", f"/apis/x/upload/{stream_id}"),
-                                           (":scheme", "https"), (":authority", "localhost")])  # fmt: skip
+        loop.conn.send_headers(
+            stream_id,
+            [
+                (":method", "POST"),
+                (":path", f"/apis/x/upload/{stream_id}"),
+                (":scheme", "https"),
+                (":authority", "localhost"),
+            ],
+        )
         loop.conn.send_data(stream_id, b"x")
     loop.flush()
     return sock, loop, streams
@@ -98,8 +105,10 @@ def test_a_slow_body_within_the_timeout_is_forwarded_whole(rig, dev_pki) -> None
     before = len(recorded.requests)
     with connect(replica, tls_context(dev_pki, "h2")) as sock:
         loop = h2_loop(sock)
-        stream = loop.request([(":method", "POST"), (":path", "/apis/x/slow"), (":scheme", "https"),
-                               (":authority", "localhost")], end=False)  # fmt: skip
+        stream = loop.request(
+            [(":method", "POST"), (":path", "/apis/x/slow"), (":scheme", "https"), (":authority", "localhost")],
+            end=False,
+        )
         for _ in range(4):
             loop.conn.send_data(stream, b"part")
             loop.flush()

@@ -91,9 +91,17 @@ def test_every_reason_is_counted_without_keyerror() -> None:
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("localhost", True), ("0.0.0.0", False),
-     ("::", False), ("10.0.0.1", False), ("metrics.example", False)],
-)  # fmt: skip
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.1", False),
+        ("metrics.example", False),
+    ],
+)
 def test_non_loopback_metrics_addresses_are_recognised(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 

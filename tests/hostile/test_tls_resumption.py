@@ -36,8 +36,10 @@ def opt_in(
     """One opted-in HTTP/1.1 request on a new connection: (session reused, report attached, session)."""
     raw = socket.create_connection((replica.host, replica.port), timeout=10)
     with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as sock:
-        sock.sendall(b"GET /version HTTP/1.1\r\nHost: localhost\r\nendpoint-load-metrics-request: TEXT\r\n"
-                     b"Connection: close\r\n\r\n")  # fmt: skip
+        sock.sendall(
+            b"GET /version HTTP/1.1\r\nHost: localhost\r\nendpoint-load-metrics-request: TEXT\r\n"
+            b"Connection: close\r\n\r\n"
+        )
         data = b""
         while chunk := sock.recv(65536):
             data += chunk

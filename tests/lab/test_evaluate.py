@@ -44,8 +44,11 @@ def check_cells(results: dict[str, Any], markdown: str, envoy: bool) -> None:
     assert results["envoy"] == envoy
     for option in OPTIONS:
         cell = results["options"][option]
-        missing = [path for path, value in leaves(cell) if value is None and "handshake" not in path
-                   and "timing_p_value" not in path]  # fmt: skip
+        missing = [
+            path
+            for path, value in leaves(cell)
+            if value is None and "handshake" not in path and "timing_p_value" not in path
+        ]
         assert not missing, f"{option}: empty cells {missing}"
         expected = "leak" if option == "header-only" else "no-leak"
         assert cell["bypass"]["verdict"] == expected

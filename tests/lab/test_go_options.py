@@ -100,8 +100,15 @@ def test_shared_secret_grants_the_right_secret_only(dev: pki.DevPKI, peers: dict
     wrong = secret[:-1] + ("A" if secret[-1] != "A" else "B")  # as long as the secret
     assert _reported(_get(dev, url, None, [f"TEXT; secret={secret}".encode()]))
     assert _reported(_get(dev, url, None, [f"TEXT ;secret={secret} ".encode()]))
-    for value in (f"TEXT; secret={wrong}", f"TEXT; secret={secret}x", f"TEXT; secret={secret[:-1]}", "TEXT",
-                  f"JSON; secret={secret}", f"TEXT; token={secret}", "TEXT; secret="):  # fmt: skip
+    for value in (
+        f"TEXT; secret={wrong}",
+        f"TEXT; secret={secret}x",
+        f"TEXT; secret={secret[:-1]}",
+        "TEXT",
+        f"JSON; secret={secret}",
+        f"TEXT; token={secret}",
+        "TEXT; secret=",
+    ):
         assert not _reported(_get(dev, url, None, [value.encode()])), value.replace(secret, "<secret>")
     right = f"TEXT; secret={secret}".encode()
     assert not _reported(_get(dev, url, None, [right, right]))  # the opt-in occurs once
@@ -168,8 +175,11 @@ def test_the_committed_document_is_whole_and_from_a_commit_with_this_code() -> N
             assert ratio["min"] <= ratio["median"] <= ratio["max"]
     assert re.fullmatch(r"[0-9a-f]{40}", doc["commit"]), "measured on a clean checkout"
     measured = ["benchmarks/gopeer", "benchmarks/go_peer.py", "benchmarks/go_options.py"]
-    done = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", doc["commit"], "HEAD", "--", *measured],
-                          capture_output=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", doc["commit"], "HEAD", "--", *measured],
+        capture_output=True,
+        timeout=30,
+    )
     if done.returncode not in (0, 1):
         pytest.skip(f"no git history to compare with: {done.stderr.decode()[:200]}")
     assert done.returncode == 0, "the measured code changed after the document was made: regenerate it"

@@ -40,11 +40,33 @@ def test_rss_agrees_with_statm() -> None:
 
 def test_h2load_command_lines() -> None:
     assert h2load.argv("https://h/x", clients=4, streams=8, threads=1, seconds=1.5, warmup=0.5) == [
-        "h2load", "-c", "4", "-m", "8", "-t", "1", "-D", "1500ms", "--warm-up-time=500ms", "https://h/x"
-    ]  # fmt: skip
+        "h2load",
+        "-c",
+        "4",
+        "-m",
+        "8",
+        "-t",
+        "1",
+        "-D",
+        "1500ms",
+        "--warm-up-time=500ms",
+        "https://h/x",
+    ]
     log = Path("/tmp/log.tsv")
     assert h2load.argv("https://h/", requests=40, rps=2.4, headers=["a: b"], log_file=log, h1=True) == [
-        "h2load", "-c", "1", "-m", "1", "-n", "40", "--rps=2", f"--log-file={log}", "--h1", "-H", "a: b", "https://h/"
-    ]  # fmt: skip
+        "h2load",
+        "-c",
+        "1",
+        "-m",
+        "1",
+        "-n",
+        "40",
+        "--rps=2",
+        f"--log-file={log}",
+        "--h1",
+        "-H",
+        "a: b",
+        "https://h/",
+    ]
     assert h2load.argv("u", clients=3, rps=0.2)[-2:] == ["--rps=1", "u"]  # h2load takes a whole rate, at least 1
     assert h2load.argv("u", clients=3)[5:7] == ["-n", "3"]  # one request per client when no count is given

@@ -58,8 +58,15 @@ def test_a_section_that_disagrees_with_the_json_fails_the_check() -> None:
 def test_the_go_column_comes_from_the_go_figures_when_present() -> None:
     results = Evaluation.from_json(json.loads(RECORDED.read_text()))
     assert "| cost and exposure in Go | not measured |" in render_kep(results)
-    go = {"commit": "0123456789abcdef", "options": {"load-reader": {
-        "ratio_per_request": {"median": 1.02, "min": 1.01, "max": 1.03, "n": 10}, "exposure": "no-leak"}}}  # fmt: skip
+    go = {
+        "commit": "0123456789abcdef",
+        "options": {
+            "load-reader": {
+                "ratio_per_request": {"median": 1.02, "min": 1.01, "max": 1.03, "n": 10},
+                "exposure": "no-leak",
+            }
+        },
+    }
     section = render_kep(results, go=go)
     assert "x1.02 [1.01, 1.03] per request ÷ off (n = 10), exposure no-leak" in section
     assert section.count("| cost and exposure in Go | not measured |") == len(OPTIONS) - 1

@@ -82,8 +82,10 @@ def test_on_the_recorded_runs_the_policy_gives_2b_in_alpha(run: Path) -> None:
     document = load(run)
     assert default(document) == "load-reader"
     text = advice(document)
-    assert text.startswith("Recommendation for the KEP: resolve the open question with 2b. load-reader client "
-                           "certificate as the default (alpha; policy: reads load only")  # fmt: skip
+    assert text.startswith(
+        "Recommendation for the KEP: resolve the open question with 2b. load-reader client "
+        "certificate as the default (alpha; policy: reads load only"
+    )
     assert "never 1. header only" in text
     assert "phasing: out of band is the beta path, never the alpha default" in run_reasons(of(document))
 
@@ -164,8 +166,10 @@ def test_an_inconclusive_probe_is_never_recommended() -> None:
     document = load()
     document["options"]["load-reader"]["bypass"]["verdict"] = "inconclusive"
     assert default(document) == "shared-secret"
-    assert any(line.startswith("2b. load-reader client certificate: no verdict (inconclusive)")
-               for line in recommend(of(document)))  # fmt: skip
+    assert any(
+        line.startswith("2b. load-reader client certificate: no verdict (inconclusive)")
+        for line in recommend(of(document))
+    )
 
 
 # --- each figure past its threshold flips the decision it feeds -------------------------------------------------
@@ -253,13 +257,16 @@ def test_the_policy_and_the_thresholds_are_stated() -> None:
 
 
 def test_the_timing_sentence_depends_on_p_and_states_what_it_could_detect() -> None:
-    assert timing_sentence(0.68) == ("the timing check of its comparison gave p = 0.68: no evidence of a timing leak "
-                                     "at p < 0.001")  # fmt: skip
-    assert timing_sentence(0.68, 2.5).endswith("the smallest leak its positive controls were caught at is 2.5 µs "
-                                               "per comparison")  # fmt: skip
+    assert timing_sentence(0.68) == (
+        "the timing check of its comparison gave p = 0.68: no evidence of a timing leak at p < 0.001"
+    )
+    assert timing_sentence(0.68, 2.5).endswith(
+        "the smallest leak its positive controls were caught at is 2.5 µs per comparison"
+    )
     assert timing_sentence(0.5, None, {"1": 0.5, "3000": 0.4}).endswith(
         "its positive controls caught no shift up to 3000 µs: it could not have detected a leak"
     )
-    assert timing_sentence(1e-9) == ("the timing check of its comparison gave p = 1e-09: evidence of a timing leak "
-                                     "(p < 0.001)")  # fmt: skip
+    assert timing_sentence(1e-9) == (
+        "the timing check of its comparison gave p = 1e-09: evidence of a timing leak (p < 0.001)"
+    )
     assert timing_sentence(None) == "its comparison was not timed in this run"

@@ -78,8 +78,13 @@ class App(VllmLikeApp):
             "avg_throughput": rank["gen_throughput"],
             "avg_utilization": rank["utilization"],
         }
-        return {"timestamp": datetime.now(UTC).isoformat(), "version": VERSION, "dp_rank_count": 1,
-                "loads": [rank], "aggregate": aggregate}  # fmt: skip
+        return {
+            "timestamp": datetime.now(UTC).isoformat(),
+            "version": VERSION,
+            "dp_rank_count": 1,
+            "loads": [rank],
+            "aggregate": aggregate,
+        }
 
     def prometheus(self) -> bytes:
         """``_format_loads_prometheus``: each numeric field as a gauge per rank."""

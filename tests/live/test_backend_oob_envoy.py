@@ -38,10 +38,19 @@ def test_a_busier_backend_gets_less_traffic_out_of_band(dev_pki: pki.DevPKI, sou
         busy = stack.enter_context(running(STANDINS[source], "--busy", "0.8", "--token-interval", "0.001"))
         idle = stack.enter_context(running(STANDINS[source], "--busy", "0.05", "--token-interval", "0.001"))
         argvs = [
-            launch.serve_argv(dev_pki, lb.replica_flags(dev_pki, "front-proxy", "--proxy", f"/v1={b}/v1;{route}",
-                                                        "--endpoint-load-metrics-oob-min-interval", "200ms"))
+            launch.serve_argv(
+                dev_pki,
+                lb.replica_flags(
+                    dev_pki,
+                    "front-proxy",
+                    "--proxy",
+                    f"/v1={b}/v1;{route}",
+                    "--endpoint-load-metrics-oob-min-interval",
+                    "200ms",
+                ),
+            )
             for b in (busy, idle)
-        ]  # fmt: skip
+        ]
         timing = envoy.TEST_TIMING
         deployment = lb.deployment(dev_pki, argvs, option="front-proxy", oob_period=OOB_PERIOD, timing=timing)
         d = stack.enter_context(deployment)
@@ -50,8 +59,10 @@ def test_a_busier_backend_gets_less_traffic_out_of_band(dev_pki: pki.DevPKI, sou
         stats = oob_stats(d.envoy)
         with httpx.Client(timeout=10) as http:
             direct = http.get(f"{busy}/v1/models")  # the backend itself is up and reachable only directly here
-    print(f"\n{source}: share to the busier backend's replica {shares[hot.port]:.3f} (round robin 0.5); "
-          f"envoy weights {weights}; lb_orca_oob {stats}")  # fmt: skip
+    print(
+        f"\n{source}: share to the busier backend's replica {shares[hot.port]:.3f} (round robin 0.5); "
+        f"envoy weights {weights}; lb_orca_oob {stats}"
+    )
     assert direct.status_code == 200
     assert stats["active_sessions"] == 2 and stats["reports_received"] > 0
     assert shares[hot.port] < 0.35, shares

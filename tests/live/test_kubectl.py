@@ -94,11 +94,15 @@ def test_through_proxy_the_backend_believes_only_the_authenticated_user(
     with run_replicas([launch.serve_argv(dev_pki, [*fp_flags(dev_pki), "--verbose"])]) as (backend,):
         front = [
             *fp_flags(dev_pki),
-            "--token-auth-file", str(token_file),
-            "--proxy", f"/apis/authentication.k8s.io=https://127.0.0.1:{backend.port}",
-            "--proxy-client-cert-file", str(dev_pki.cert("front_proxy_client")),
-            "--proxy-client-key-file", str(dev_pki.key("front_proxy_client")),
-        ]  # fmt: skip
+            "--token-auth-file",
+            str(token_file),
+            "--proxy",
+            f"/apis/authentication.k8s.io=https://127.0.0.1:{backend.port}",
+            "--proxy-client-cert-file",
+            str(dev_pki.cert("front_proxy_client")),
+            "--proxy-client-key-file",
+            str(dev_pki.key("front_proxy_client")),
+        ]
         with run_replicas([launch.serve_argv(dev_pki, front)]) as (aggregator,):
             config = kubeconfig(tmp_path / "config", f"https://localhost:{aggregator.port}", dev_pki)
             as_cert, as_token, as_anonymous = (whoami(config, c) for c in ("cert", "token", "anonymous"))

@@ -180,9 +180,13 @@ def test_the_documented_alerts_fit_an_out_of_band_load_balancer(
     dev_pki: pki.DevPKI, prometheus_of: Callable[[launch.Replica], Prometheus]
 ) -> None:
     flags = lb.replica_flags(
-        dev_pki, "load-reader", "--endpoint-load-metrics-oob-min-interval", "200ms", "--metrics-bind-address",
+        dev_pki,
+        "load-reader",
+        "--endpoint-load-metrics-oob-min-interval",
+        "200ms",
+        "--metrics-bind-address",
         "127.0.0.1:0",
-    )  # fmt: skip
+    )
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         reader = StreamReader(replica, dev_pki)
         try:

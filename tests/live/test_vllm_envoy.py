@@ -88,8 +88,9 @@ def test_a_busier_backend_gets_less_traffic(dev_pki: pki.DevPKI, name: str, fmt:
     backend = BACKENDS[name]
     route = f"report=merged;utilization-metric={backend.metric}"
     with ExitStack() as stack:
-        busy, idle = (stack.enter_context(running(backend.module, "--busy", b, "--token-interval", "0.001"))
-                      for b in backend.busy)  # fmt: skip
+        busy, idle = (
+            stack.enter_context(running(backend.module, "--busy", b, "--token-interval", "0.001")) for b in backend.busy
+        )
         argvs = [
             launch.serve_argv(
                 dev_pki,

@@ -94,8 +94,12 @@ def test_the_stand_in_alone_answers_anyone(rig: Rig) -> None:
 
 def test_streams_carry_no_load_header_and_arrive_as_produced(rig: Rig) -> None:
     body = {**COMPLETION, "max_tokens": 5, "stream": True}
-    with rig.http() as http, http.stream("POST", f"{rig.replica.url}/v1/completions", json=body,
-                                         headers={OPTIN: "TEXT", **dict(LB)}) as response:  # fmt: skip
+    with (
+        rig.http() as http,
+        http.stream(
+            "POST", f"{rig.replica.url}/v1/completions", json=body, headers={OPTIN: "TEXT", **dict(LB)}
+        ) as response,
+    ):
         events = [line for line in response.iter_lines() if line.startswith("data: ")]
         headers = response.headers
     assert events[-1] == "data: [DONE]" and len(events) == 6

@@ -55,8 +55,10 @@ class Engine:
         utilization = self.used_blocks / self.max_blocks if self.max_blocks > 0 else 0.0
         capacity = self.max_blocks * self.tokens_per_block
         if fmt == "text":
-            return f"TEXT named_metrics.kv_cache_utilization={utilization:.6f}, " \
-                   f"named_metrics.max_token_capacity={capacity}".encode()  # fmt: skip
+            return (
+                f"TEXT named_metrics.kv_cache_utilization={utilization:.6f}, "
+                f"named_metrics.max_token_capacity={capacity}".encode()
+            )
         if fmt == "json":
             body = {"named_metrics": {"kv_cache_utilization": utilization, "max_token_capacity": capacity}}
             return ("JSON " + json.dumps(body, separators=(",", ":"))).encode()
@@ -130,8 +132,9 @@ class App:
             for i in range(count):
                 await asyncio.sleep(self.token_interval)
                 chunk = {"model_name": MODEL, "model_version": "1", "text_output": f" t{i}"}
-                await send({"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(),
-                            "more_body": True})  # fmt: skip
+                await send(
+                    {"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(), "more_body": True}
+                )
             await send({"type": "http.response.body", "body": b""})
         finally:
             self.engine.running -= 1

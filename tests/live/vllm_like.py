@@ -186,8 +186,13 @@ class App:
     ) -> None:
         kind = "chat.completion" if chat else "text_completion"
         if stream:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")],
+                }
+            )
         text = []
         async with self.engine.slots:
             for i in range(int(request.get("max_tokens", 16))):

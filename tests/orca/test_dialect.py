@@ -16,8 +16,13 @@ VLLM_JSON = 'JSON {"named_metrics": {"kv_cache_usage_perc": 0.4, "num_requests_w
 
 
 def test_every_spelling_of_the_dialect_header_is_known() -> None:
-    for name in (b"endpoint-load-metrics-format", b"endpoint_load_metrics_format", b"endpoint-load_metrics-format",
-                 b"endpoint-load-metrics-format-bin", b"endpoint_load_metrics_format_bin"):  # fmt: skip
+    for name in (
+        b"endpoint-load-metrics-format",
+        b"endpoint_load_metrics_format",
+        b"endpoint-load_metrics-format",
+        b"endpoint-load-metrics-format-bin",
+        b"endpoint_load_metrics_format_bin",
+    ):
         assert name in dialect.DIALECT_SPELLINGS
     assert b"endpoint-load-metrics" not in dialect.DIALECT_SPELLINGS
 

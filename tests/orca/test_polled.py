@@ -33,8 +33,15 @@ vllm:time_to_first_token_seconds_bucket{le="+Inf",engine="0",model_name="m"} 4.0
 def sglang(*ranks: dict[str, object]) -> bytes:
     """SGLang's /v1/loads answer (v1_loads.py's get_loads) for ``ranks``."""
     loads = [{"dp_rank": i, "num_total_reqs": 0, **rank} for i, rank in enumerate(ranks)]
-    return json.dumps({"timestamp": "2026-12-05T00:00:00+00:00", "version": "0.5", "dp_rank_count": len(loads),
-                       "loads": loads, "aggregate": {"total_running_reqs": 0}}).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "timestamp": "2026-12-05T00:00:00+00:00",
+            "version": "0.5",
+            "dp_rank_count": len(loads),
+            "loads": loads,
+            "aggregate": {"total_running_reqs": 0},
+        }
+    ).encode()
 
 
 def rank(running: object = 1, waiting: object = 0, usage: object = 0.5) -> dict[str, object]:
@@ -49,8 +56,10 @@ def test_vllm_metrics_the_busiest_engine_and_the_summed_queues() -> None:
 
 def test_vllm_metrics_before_0_9_named_the_gauge_gpu_cache_usage_perc() -> None:
     old = b'vllm:gpu_cache_usage_perc{model_name="m"} 0.75\nvllm:num_requests_waiting{model_name="m"} 2 1700000000\n'
-    assert polled.parse(polled.VLLM_METRICS, old).named_metrics == {"kv_cache_usage_perc": 0.75,
-                                                                     "num_requests_waiting": 2.0}  # fmt: skip
+    assert polled.parse(polled.VLLM_METRICS, old).named_metrics == {
+        "kv_cache_usage_perc": 0.75,
+        "num_requests_waiting": 2.0,
+    }
 
 
 @pytest.mark.parametrize(

@@ -46,11 +46,24 @@ def test_vectors_cover_every_protocol_identity_and_path() -> None:
     assert len(names) == len(set(names))
     assert {v.protocol for v in vectors} == set(probe_vectors.PROTOCOLS)
     assert {v.identity for v in vectors} == {"none", "self-signed", "wrong-ca", "expired", "wrong-eku"}
-    assert {v.path for v in vectors} == {"/version", "/proxied/x", probe_vectors.SELF_SUBJECT_REVIEWS, oob.PATH,
-                                         *probe_vectors.LOAD_ENDPOINTS}  # fmt: skip
+    assert {v.path for v in vectors} == {
+        "/version",
+        "/proxied/x",
+        probe_vectors.SELF_SUBJECT_REVIEWS,
+        oob.PATH,
+        *probe_vectors.LOAD_ENDPOINTS,
+    }
     assert {v.group for v in vectors} == {
-        "identity", "header", "secret", "path", "cleartext", "impersonation", "spelling", "oob", "load-endpoint"
-    }  # fmt: skip
+        "identity",
+        "header",
+        "secret",
+        "path",
+        "cleartext",
+        "impersonation",
+        "spelling",
+        "oob",
+        "load-endpoint",
+    }
     variants = {v.variant for v in vectors}
     assert {"no-opt-in", "TEXT", "JSON", "BIN", "lowercase", "duplicate", "long-value", "non-ascii-utf8"} <= variants
     assert {"secret-empty", "secret-wrong", "secret-duplicate"} <= variants
@@ -388,13 +401,18 @@ def test_cli_json(capsys: pytest.CaptureFixture[str], servers: dict[str, str], d
     code, out, err = _cli(
         capsys,
         servers["front-proxy,shared-secret"],
-        "--cacert", str(dev_pki.cert("ca")),
-        "--lb-cert", str(dev_pki.cert("front_proxy_client")),
-        "--lb-key", str(dev_pki.key("front_proxy_client")),
-        "--lb-secret-file", str(dev_pki.secret),
-        "--timing-samples", "50",
+        "--cacert",
+        str(dev_pki.cert("ca")),
+        "--lb-cert",
+        str(dev_pki.cert("front_proxy_client")),
+        "--lb-key",
+        str(dev_pki.key("front_proxy_client")),
+        "--lb-secret-file",
+        str(dev_pki.secret),
+        "--timing-samples",
+        "50",
         "--json",
-    )  # fmt: skip
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["verdict"] == "no-leak" and data["exit_code"] == 0 and data["control_ok"]
@@ -511,8 +529,16 @@ def test_a_client_certificate_that_can_act_as_the_front_proxy_is_an_impersonatio
 def test_spelling_and_oob_vectors() -> None:
     vectors = _vectors()
     spellings = {v.variant: v for v in vectors if v.group == "spelling" and v.protocol == "h2"}
-    assert set(spellings) == {"format-TEXT", "format-JSON", "format-BIN", "format-text", "format-json",
-                              "format-case", "format-underscore", "format-bin"}  # fmt: skip
+    assert set(spellings) == {
+        "format-TEXT",
+        "format-JSON",
+        "format-BIN",
+        "format-text",
+        "format-json",
+        "format-case",
+        "format-underscore",
+        "format-bin",
+    }
     assert spellings["format-underscore"].headers == ((b"endpoint_load_metrics_format", b"text"),)
     assert spellings["format-JSON"].headers == ((probe_vectors.FORMAT_HEADER, b"JSON"),)
     streams = [v for v in vectors if v.group == "oob"]
@@ -627,6 +653,7 @@ def test_the_timing_check_states_the_smallest_shift_its_positive_controls_caught
     caught_quiet = min(s for s, p in small.items() if p < probe_stats.TIMING_ALPHA)
     caught_noisy = min(s for s, p in large.items() if p < probe_stats.TIMING_ALPHA)
     assert caught_quiet < caught_noisy <= 30
-    timing = probe_verdict.TimingResult(400, 43, True, 50, 50, probe_stats.mann_whitney_u(quiet[:400], quiet[400:]),
-                                controls=small)  # fmt: skip
+    timing = probe_verdict.TimingResult(
+        400, 43, True, 50, 50, probe_stats.mann_whitney_u(quiet[:400], quiet[400:]), controls=small
+    )
     assert timing.detectable_us == caught_quiet and timing.to_json()["detectable_us"] == caught_quiet

@@ -29,12 +29,28 @@ from tests.rotating import eventually
 
 # The json names of kubernetes/apiserver pkg/apis/audit/v1/types.go Event (24a394e516bf) we write.
 EVENT_FIELDS = {
-    "kind", "apiVersion", "level", "auditID", "stage", "requestURI", "verb", "user", "sourceIPs", "userAgent",
-    "responseStatus", "requestReceivedTimestamp", "stageTimestamp", "annotations",
-}  # fmt: skip
+    "kind",
+    "apiVersion",
+    "level",
+    "auditID",
+    "stage",
+    "requestURI",
+    "verb",
+    "user",
+    "sourceIPs",
+    "userAgent",
+    "responseStatus",
+    "requestReceivedTimestamp",
+    "stageTimestamp",
+    "annotations",
+}
 ALL_EVENT_FIELDS = EVENT_FIELDS | {
-    "impersonatedUser", "authenticationMetadata", "objectRef", "requestObject", "responseObject",
-}  # fmt: skip
+    "impersonatedUser",
+    "authenticationMetadata",
+    "objectRef",
+    "requestObject",
+    "responseObject",
+}
 OPT_IN = "endpoint-load-metrics-request"
 MICROTIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -63,11 +79,18 @@ def test_event_has_kubes_shape() -> None:
     event = audit.event(record)
     assert set(event) == EVENT_FIELDS and set(event) <= ALL_EVENT_FIELDS
     assert (event["kind"], event["apiVersion"], event["level"], event["stage"]) == (
-        "Event", "audit.k8s.io/v1", "Metadata", "ResponseComplete",
-    )  # fmt: skip
+        "Event",
+        "audit.k8s.io/v1",
+        "Metadata",
+        "ResponseComplete",
+    )
     assert event["verb"] == "get" and event["requestURI"] == "/version"
-    assert event["user"] == {"username": "jane", "uid": "42", "groups": ["dev", "system:authenticated"],
-                             "extra": {"scopes": ["a"]}}  # fmt: skip
+    assert event["user"] == {
+        "username": "jane",
+        "uid": "42",
+        "groups": ["dev", "system:authenticated"],
+        "extra": {"scopes": ["a"]},
+    }
     assert event["responseStatus"] == {"metadata": {}, "code": 200}
     assert MICROTIME.match(event["requestReceivedTimestamp"]) and MICROTIME.match(event["stageTimestamp"])
     assert event["annotations"] == {audit.REASON: "front-proxy", audit.REPORT_ANNOTATION: "in-band"}
@@ -144,8 +167,15 @@ def test_a_presented_credential_is_redacted_everywhere_even_when_unknown(where: 
     assert SECRET not in text
 
 
-@pytest.mark.parametrize("name", [b"endpoint-load-metrics-request", b"endpoint_load_metrics_request",
-                                  b"endpoint_load-metrics-request", b"endpoint-load-metrics_request"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        b"endpoint-load-metrics-request",
+        b"endpoint_load_metrics_request",
+        b"endpoint_load-metrics-request",
+        b"endpoint-load-metrics_request",
+    ],
+)
 def test_a_secret_presented_in_any_opt_in_spelling_is_redacted(name: bytes) -> None:
     """The middleware reads every spelling of the opt-in (each ``-`` kept or written ``_``) as one and strips
     them all; the record takes its presented secret from the same set."""
@@ -237,8 +267,16 @@ def _serving(dev_pki: pki.DevPKI, tmp_path: Path, log: str, *extra: str) -> Iter
     tokens.write_text(f'{SECRET},jane,1001,"dev"\n')
     tokens.chmod(0o600)
     metrics = f"127.0.0.1:{launch.free_port()}"
-    flags = [*fp_flags(dev_pki), "--token-auth-file", str(tokens), "--audit-log-path", log,
-             "--metrics-bind-address", metrics, *extra]  # fmt: skip
+    flags = [
+        *fp_flags(dev_pki),
+        "--token-auth-file",
+        str(tokens),
+        "--audit-log-path",
+        log,
+        "--metrics-bind-address",
+        metrics,
+        *extra,
+    ]
     argv = launch.serve_argv(dev_pki, flags)
     argv.remove("--requestheader-missing-user=anonymous")
     with run_replicas([argv]) as (replica,):
@@ -293,8 +331,11 @@ def test_live_events_of_each_kind_and_no_secret(
     proxied, user_event, refused = events[:3]
     assert proxied["auditID"] == granted.headers["audit-id"]  # as kube: the response's Audit-Id is the event's
     assert proxied["user"]["username"] == "alice"
-    assert proxied["annotations"] == {audit.REASON: "front-proxy", audit.REPORT_ANNOTATION: "in-band",
-                                      audit.FRONT_PROXY: pki.FRONT_PROXY_CN}  # fmt: skip
+    assert proxied["annotations"] == {
+        audit.REASON: "front-proxy",
+        audit.REPORT_ANNOTATION: "in-band",
+        audit.FRONT_PROXY: pki.FRONT_PROXY_CN,
+    }
     assert user_event["user"]["username"] == "developer" and audit.FRONT_PROXY not in user_event["annotations"]
     assert user_event["annotations"][audit.REPORT_ANNOTATION] == "none"
     assert user_event["annotations"][audit.REASON] == "untrusted-ca"  # a client certificate is no front proxy

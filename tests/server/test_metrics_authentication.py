@@ -13,17 +13,36 @@ from secure_orca.server.metrics import Metrics, compress_username
 from secure_orca.server.sampler import Sampler
 
 # Copied by hand from the cited file, not computed: ExponentialBuckets(0.001, 2, 15).
-KUBE_BUCKETS = [0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192,
-                16.384]  # fmt: skip
+KUBE_BUCKETS = [
+    0.001,
+    0.002,
+    0.004,
+    0.008,
+    0.016,
+    0.032,
+    0.064,
+    0.128,
+    0.256,
+    0.512,
+    1.024,
+    2.048,
+    4.096,
+    8.192,
+    16.384,
+]
 KUBE = {
     "authentication_attempts": ("counter", ["result"], "Counter of authenticated attempts."),
     "authentication_duration_seconds": (
-        "histogram", ["result"], "Authentication duration in seconds broken out by result.",
+        "histogram",
+        ["result"],
+        "Authentication duration in seconds broken out by result.",
     ),
     "authenticated_user_requests": (
-        "counter", ["username"], "Counter of authenticated requests broken out by username.",
+        "counter",
+        ["username"],
+        "Counter of authenticated requests broken out by username.",
     ),
-}  # fmt: skip
+}
 
 
 def _metrics() -> Metrics:
@@ -60,8 +79,12 @@ def test_results_as_kube_labels_them() -> None:
 
 def test_compress_username_as_kube() -> None:
     assert [compress_username(n) for n in ("admin", "kubelet", "a@b", "developer", "system:anonymous")] == [
-        "admin", "kubelet", "email_id", "other", "other",
-    ]  # fmt: skip
+        "admin",
+        "kubelet",
+        "email_id",
+        "other",
+        "other",
+    ]
 
 
 def test_load_values_never_appear_on_metrics() -> None:

@@ -51,9 +51,13 @@ def test_errors_in_each_dialect() -> None:
     assert error_body("kube", 429) == {**status, "code": 429}
     openai = error_body("openai", 504, "the backend did not answer in time")
     assert openai == {
-        "error": {"message": "the backend did not answer in time", "type": "GatewayTimeoutError", "param": None,
-                  "code": 504}
-    }  # fmt: skip
+        "error": {
+            "message": "the backend did not answer in time",
+            "type": "GatewayTimeoutError",
+            "param": None,
+            "code": 504,
+        }
+    }
     assert error_body("openai", 400)["error"]["type"] == "BadRequestError"  # type: ignore[index]
 
 

@@ -126,9 +126,16 @@ def test_two_rotated_secrets_both_work_and_are_never_logged(dev_pki, tmp_path) -
     secret_file = tmp_path / "secrets"
     secret_file.write_text("# old, then new\n" + "\n".join(secrets) + "\n")
     secret_file.chmod(0o600)
-    flags = ["--feature-gates", "RequestCostAggregation=true", "--enable-endpoint-load-metrics",
-             "--endpoint-load-metrics-auth", "shared-secret", "--endpoint-load-metrics-secret-file", str(secret_file),
-             "-v"]  # fmt: skip
+    flags = [
+        "--feature-gates",
+        "RequestCostAggregation=true",
+        "--enable-endpoint-load-metrics",
+        "--endpoint-load-metrics-auth",
+        "shared-secret",
+        "--endpoint-load-metrics-secret-file",
+        str(secret_file),
+        "-v",
+    ]
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         for protocol in PROTOCOLS:
             for value in secrets:
@@ -215,8 +222,13 @@ def test_report_is_live(secured_replica, dev_pki, client_certs) -> None:
 def test_once_per_sample_over_one_connection(dev_pki, client_certs) -> None:
     """With a 1 s sample, 20 quick requests on one connection carry the report once (or twice across a tick);
     a new connection gets it again."""
-    flags = [*fp_flags(dev_pki), "--endpoint-load-metrics-attach", "once-per-sample",
-             "--endpoint-load-metrics-interval", "1s"]  # fmt: skip
+    flags = [
+        *fp_flags(dev_pki),
+        "--endpoint-load-metrics-attach",
+        "once-per-sample",
+        "--endpoint-load-metrics-interval",
+        "1s",
+    ]
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         with client(dev_pki.cert("ca"), "h2", client_certs["front-proxy"]) as http:
             counts = [len(reports(http.get(replica.url + "/version", headers={OPT_IN: "TEXT"}))) for _ in range(20)]

@@ -31,8 +31,13 @@ def flood(
 ) -> None:
     """``connections`` of ``streams`` POST streams each that announce a body and never send it, until ``stop``."""
     context = tls_context(dev_pki, "h2")
-    headers = [(":method", "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", "/version"),
-               ("content-length", "1000000")]  # fmt: skip
+    headers = [
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":authority", "localhost"),
+        (":path", "/version"),
+        ("content-length", "1000000"),
+    ]
     for _ in range(connections):
         if stop.is_set():
             return

@@ -130,8 +130,15 @@ def test_blocking_strict_refuses_on_both_workers_while_the_file_cannot_be_writte
     """The log's directory is replaced by a file, so the rotation that 1 MB of events brings cannot reopen the log
     (root ignores permissions; a file where the directory was fails for anyone): both workers then answer 500."""
     directory = tmp_path / "audit"
-    flags = argv(dev_pki, "--audit-log-path", str(directory / "audit.log"), "--audit-log-maxsize", "1",
-                 "--audit-log-mode", "blocking-strict")  # fmt: skip
+    flags = argv(
+        dev_pki,
+        "--audit-log-path",
+        str(directory / "audit.log"),
+        "--audit-log-maxsize",
+        "1",
+        "--audit-log-mode",
+        "blocking-strict",
+    )
     with run_replicas([flags]) as (replica,):
         held = spread(replica, dev_pki, 1)
         try:

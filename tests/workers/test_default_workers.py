@@ -26,8 +26,18 @@ def test_the_default_follows_the_cpus_this_process_may_use(tmp_path: Path) -> No
 
 
 def test_one_worker_is_one_process(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "secure_orca", "serve", "--secure-port", "0", "--workers", "1",
-            "--certs-dir", str(tmp_path / "c")]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "secure_orca",
+        "serve",
+        "--secure-port",
+        "0",
+        "--workers",
+        "1",
+        "--certs-dir",
+        str(tmp_path / "c"),
+    ]
     with run_replicas([argv]) as (replica,):
         assert children(replica.process.popen.pid) == []
         assert "workers" not in replica.process.output(tail=50).split("Running on", 1)[1].splitlines()[0]

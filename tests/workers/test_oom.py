@@ -57,8 +57,14 @@ class MemoryCgroup:
             v1 = Path("/sys/fs/cgroup/memory")
             if not (v1 / "memory.limit_in_bytes").exists():
                 pytest.skip("no memory cgroup controller here (neither cgroup v2 memory.max nor v1 memory)")
-            own = next((line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
-                        if line.split(":")[1] == "memory"), "/")  # fmt: skip
+            own = next(
+                (
+                    line.split(":", 2)[2]
+                    for line in Path("/proc/self/cgroup").read_text().splitlines()
+                    if line.split(":")[1] == "memory"
+                ),
+                "/",
+            )
             self.path, self.v2 = v1 / own.lstrip("/") / name, False
         try:
             self.path.mkdir()

@@ -41,8 +41,26 @@ class AuditRecord:
     copied from the scope when the request arrives (the scope itself is not kept), and ``size`` is what the record
     is charged in the queue: its strings plus a constant, an upper bound of the memory it keeps."""
 
-    __slots__ = ("agent", "audit_id", "client", "decision", "fate", "forwarded", "front_proxy", "method", "path",
-                 "presented", "query", "real", "received", "report", "size", "stage", "status", "user")  # fmt: skip
+    __slots__ = (
+        "agent",
+        "audit_id",
+        "client",
+        "decision",
+        "fate",
+        "forwarded",
+        "front_proxy",
+        "method",
+        "path",
+        "presented",
+        "query",
+        "real",
+        "received",
+        "report",
+        "size",
+        "stage",
+        "status",
+        "user",
+    )
 
     def __init__(self, scope: Scope) -> None:
         self.received = time.time_ns()

@@ -91,8 +91,10 @@ def _machine() -> tuple[Row, Row]:
     symbols: dict[bytes, bytes] = {}  # one object per distinct emission, shared by every row that makes it
     # per node reached after a high nibble: the 16 low nibbles' next rows and emissions (C-level slices below)
     after = [[rows[reached] for _, reached in nibble[m * 16 : m * 16 + 16]] for m in range(dead + 1)]
-    low = [[symbols.setdefault(b, b) for b in map(bytes, (e for e, _ in nibble[m * 16 : m * 16 + 16]))]
-           for m in range(dead + 1)]  # fmt: skip
+    low = [
+        [symbols.setdefault(b, b) for b in map(bytes, (e for e, _ in nibble[m * 16 : m * 16 + 16]))]
+        for m in range(dead + 1)
+    ]
     for node, row in enumerate(rows):
         emissions: list[bytes] = []
         for high in range(16):

@@ -57,9 +57,13 @@ def _library() -> ctypes.CDLL | None:
     lib.nghttp2_hd_inflate_del.argtypes = [ctypes.c_void_p]
     lib.nghttp2_hd_inflate_del.restype = None
     lib.nghttp2_hd_inflate_hd2.argtypes = [
-        ctypes.c_void_p, ctypes.POINTER(_Field), ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t,
+        ctypes.c_void_p,
+        ctypes.POINTER(_Field),
+        ctypes.POINTER(ctypes.c_int),
+        ctypes.c_char_p,
+        ctypes.c_size_t,
         ctypes.c_int,
-    ]  # fmt: skip
+    ]
     lib.nghttp2_hd_inflate_hd2.restype = ctypes.c_ssize_t
     lib.nghttp2_hd_inflate_end_headers.argtypes = [ctypes.c_void_p]
     lib.nghttp2_hd_inflate_end_headers.restype = ctypes.c_int

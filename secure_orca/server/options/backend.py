@@ -145,11 +145,18 @@ def validate(args: argparse.Namespace) -> list[str]:
 def _poll_problems(specs: list[str]) -> list[str]:
     """A polled route must carry the backend's load (report=backend or merged), and one route at most is polled:
     the out-of-band stream carries one backend's load."""
-    routes = [route for spec in specs if not problem("--proxy", functools.partial(parse_proxy, spec))
-              for route in [parse_proxy(spec)]]  # fmt: skip
+    routes = [
+        route
+        for spec in specs
+        if not problem("--proxy", functools.partial(parse_proxy, spec))
+        for route in [parse_proxy(spec)]
+    ]
     polled = [route for route in routes if route.option("load-poll", "")]
-    out = [f"--proxy {route.prefix}: load-poll needs report=backend or report=merged"
-           for route in polled if route.option("report", "local") == "local"]  # fmt: skip
+    out = [
+        f"--proxy {route.prefix}: load-poll needs report=backend or report=merged"
+        for route in polled
+        if route.option("report", "local") == "local"
+    ]
     if len(polled) > 1:
         out.append("--proxy: load-poll on more than one route (the out-of-band stream carries one backend's load)")
     return out

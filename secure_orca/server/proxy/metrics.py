@@ -66,8 +66,12 @@ class RouteCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         m = self.metrics
         codes = {(prefix, str(code)): count for (prefix, code), count in m.codes.items()}
-        requests = _counter("secure_orca_proxy_request", "Proxied requests by route prefix and HTTP status code.",
-                            ["route", "code"], codes)  # fmt: skip
+        requests = _counter(
+            "secure_orca_proxy_request",
+            "Proxied requests by route prefix and HTTP status code.",
+            ["route", "code"],
+            codes,
+        )
         duration = HistogramMetricFamily(
             "secure_orca_proxy_request_duration_seconds",
             "Proxied request durations, from sending upstream to the response's end, by route prefix.",

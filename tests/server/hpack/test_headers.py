@@ -100,8 +100,9 @@ def test_only_fields_h2_passes_unchanged_are_carried(field: tuple[bytes, bytes],
 
 
 def test_with_h2s_checks_off_any_field_passes() -> None:
-    config = H2Configuration(client_side=False, header_encoding=None, validate_outbound_headers=False,
-                             normalize_outbound_headers=False)  # fmt: skip
+    config = H2Configuration(
+        client_side=False, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False
+    )
     assert passes_unchanged((REPORT, b" padded "), config)
 
 

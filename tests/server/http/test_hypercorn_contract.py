@@ -93,17 +93,32 @@ def test_our_run_is_hypercorns_with_our_protocol() -> None:
     built = re.search(r"ProtocolWrapper\((.*?)\n\s*\)", source, re.DOTALL)
     assert built is not None
     assert [arg.strip() for arg in built.group(1).split(",") if arg.strip()] == [
-        "self.app", "self.config", "self.context", "task_group", "ConnectionState(self.state)", "ssl", "client",
-        "server", "self.protocol_send", "alpn_protocol",
-    ]  # fmt: skip
+        "self.app",
+        "self.config",
+        "self.context",
+        "task_group",
+        "ConnectionState(self.state)",
+        "ssl",
+        "client",
+        "server",
+        "self.protocol_send",
+        "alpn_protocol",
+    ]
     wrapper = inspect.getsource(ProtocolWrapper.__init__)
     for protocol in ("H2Protocol", "H11Protocol"):  # from those parts, in our order
         built = re.search(protocol + r"\((.*?)\n\s*\)", wrapper, re.DOTALL)
         assert built is not None
         assert [arg.strip() for arg in built.group(1).split(",") if arg.strip()] == [
-            "self.app", "self.config", "self.context", "self.task_group", "self.state", "self.ssl", "self.client",
-            "self.server", "self.send",
-        ]  # fmt: skip
+            "self.app",
+            "self.config",
+            "self.context",
+            "self.task_group",
+            "self.state",
+            "self.ssl",
+            "self.client",
+            "self.server",
+            "self.send",
+        ]
     assert parameters(H2Protocol.__init__) == parameters(H11Protocol.__init__) == parameters(GatewayH2Protocol.__init__)
 
 
