@@ -137,10 +137,8 @@ def exposure(dev: pki.DevPKI, option: str) -> str:
     with launch.replicas([launch.serve_argv(dev, lb.replica_flags(dev, option), demo_work=False)]) as [replica]:
         python = probe(replica.url, config)
     if go.verdict != python.verdict or go.verdict not in ("leak", "no-leak"):
-        raise BenchError(
-            f"{option}: the probe says {go.verdict} of the Go peer ({go.reason}) and {python.verdict} "
-            f"of serve ({python.reason})"
-        )
+        raise BenchError(f"{option}: the probe says {go.verdict} of the Go peer ({go.reason}) and {python.verdict} "
+                         f"of serve ({python.reason})")  # fmt: skip
     return go.verdict
 
 
