@@ -66,4 +66,7 @@ def test_a_busier_backend_gets_less_traffic_out_of_band(dev_pki: pki.DevPKI, sou
     assert direct.status_code == 200
     assert stats["active_sessions"] == 2 and stats["reports_received"] > 0
     assert shares[hot.port] < 0.35, shares
-    assert weights[hot.port] < weights[cold.port], weights
+    # a snapshot, as in test_vllm_envoy.py: the busier replica gets so few requests that its last report may have
+    # expired (weight_expiration_period) and Envoy then gives it the median weight, the other's (seen once under
+    # load: share 0.175, weights equal); the shares above are the traffic itself
+    assert weights[hot.port] <= weights[cold.port], weights
