@@ -19,8 +19,6 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from prometheus_client import generate_latest
-
 from secure_orca import pki
 from secure_orca.addresses import is_loopback
 from secure_orca.credentials import devpki
@@ -28,14 +26,13 @@ from secure_orca.errors import UsageError
 from secure_orca.server import options
 from secure_orca.server.assembly import Server
 from secure_orca.server.config import ServeConfig, build_config
+from secure_orca.server.flags import parse_address
 from secure_orca.server.http.serve import bind_address
 from secure_orca.server.listener import listen
-from secure_orca.server.metrics import parse_address
 from secure_orca.server.options import serving
 from secure_orca.workers.auditwriter import AuditWriter
 from secure_orca.workers.board import Board
 from secure_orca.workers.credentials import CredentialReader
-from secure_orca.workers.metrics import metrics_server
 from secure_orca.workers.sampling import WorkerSampler
 from secure_orca.workers.supervisor import Supervisor, default_workers
 
@@ -106,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
     supervised = None
     credentials = CredentialReader(server) if workers > 1 else None  # the one reader of the credential files
     if server.metrics is not None:
+        from prometheus_client import generate_latest  # with /metrics only: a tenth of serve's start-up
+
+        from secure_orca.workers.metrics import metrics_server
+
         try:
             if isinstance(sampler, WorkerSampler):  # one /metrics for the server, in a process of its own
                 registry = server.metrics.registry
