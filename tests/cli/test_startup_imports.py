@@ -1,6 +1,7 @@
 """``serve``'s start-up imports only what every start needs: prometheus-client with --metrics-bind-address,
-protobuf's JSON parser with the first JSON report, httpx with a --proxy route (each imported where it is used).
-About 280 starts of serve run in the suite, and each --workers child and refused start pays the same."""
+protobuf's JSON parser with the first JSON report, httpx with a --proxy route (each imported where it is used),
+and the server itself (hypercorn, h2, the workers) once the flags are valid. About 280 starts of serve run in
+the suite, and each refused start pays the same."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ DEFERRED = (
     "google.protobuf.json_format",
     "httpx",
 )
+# imported by serve's run once the flags are valid, not by its parser nor by a refused start
+SERVER = ("hypercorn", "h2", "secure_orca.server.assembly", "secure_orca.workers.supervisor")
 
 # a server assembled as `serve` assembles it, with no /metrics, proxy route or JSON report
 _ASSEMBLE = """
@@ -37,10 +40,18 @@ def _modules(code: str, *argv: str) -> set[str]:
     return set(result.stdout.split())
 
 
-def test_importing_serve_leaves_the_deferred_modules_out() -> None:
+def test_importing_serve_leaves_the_server_and_the_deferred_modules_out() -> None:
     loaded = _modules("import sys, secure_orca.cli.serve; print(' '.join(sys.modules))")
-    assert "secure_orca.server.assembly" in loaded  # the import did happen
-    assert sorted(loaded.intersection(DEFERRED)) == []
+    assert "secure_orca.server.options" in loaded  # the import did happen
+    assert sorted(loaded.intersection(DEFERRED + SERVER)) == []
+
+
+def test_a_refused_value_leaves_the_server_out(dev_pki: pki.DevPKI) -> None:
+    argv = ["serve", "--certs-dir", str(dev_pki.root), "--secure-port", "70000"]
+    code = f"import sys; from secure_orca.cli import main; status = main({argv!r}); print(' '.join(sys.modules))"
+    loaded = _modules(code + "; sys.exit(status != 2)")
+    assert "secure_orca.server.config" in loaded
+    assert sorted(loaded.intersection(DEFERRED + SERVER)) == []
 
 
 def test_an_assembled_server_without_metrics_leaves_them_out(dev_pki: pki.DevPKI) -> None:
