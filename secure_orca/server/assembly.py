@@ -22,7 +22,6 @@ from secure_orca.server.config import ServeConfig
 from secure_orca.server.http.accept import Balance
 from secure_orca.server.http.serve import ServerOptions, serve
 from secure_orca.server.http.tls import make_server_context
-from secure_orca.server.metrics import Metrics
 from secure_orca.server.middleware import LoadReportMiddleware
 from secure_orca.server.oob import OobService
 from secure_orca.server.options.serving import H2_DEFAULT_STREAMS
@@ -33,7 +32,8 @@ from secure_orca.server.trust import TrustService, authority_from
 from secure_orca.x509.cache import ChainCache
 from secure_orca.x509.chainverifier import ChainVerifier
 
-if TYPE_CHECKING:  # imported where a route needs it: httpx is a fifth of serve's start-up
+if TYPE_CHECKING:  # imported where a route or /metrics needs it: httpx, prometheus-client (serve's start-up)
+    from secure_orca.server.metrics import Metrics
     from secure_orca.server.proxy.backendload import BackendReports
     from secure_orca.server.proxy.forward import ProxyApp
 
@@ -90,7 +90,7 @@ class Server:
         material, contents = loader.load_contents(config.files)
         sampler = sampler or Sampler(config.load_metrics.interval, decimals=config.load_metrics.decimals)
         trust = trust_of(config, material)
-        metrics = Metrics(sampler, lambda: chains_verified(trust)) if config.serving.metrics_address else None
+        metrics = metrics_of(config, sampler, trust)
         audit = None
         if config.audit.path:  # its secrets are the material in force: the reloader's, made below
             sink = open_sink(config.audit.path, config.audit.maxsize, config.audit.maxbackup)
@@ -179,6 +179,15 @@ class Server:
                 self.audit.stop()
             if self.proxy is not None:
                 await self.proxy.aclose()
+
+
+def metrics_of(config: ServeConfig, sampler: Sampler, trust: TrustService) -> Metrics | None:
+    """/metrics when --metrics-bind-address asks for it; only then is prometheus-client imported."""
+    if not config.serving.metrics_address:
+        return None
+    from secure_orca.server.metrics import Metrics
+
+    return Metrics(sampler, lambda: chains_verified(trust))
 
 
 def observer(metrics: Metrics | None, audit: bool) -> Callable[[Scope, Request, Outcome, float], None]:

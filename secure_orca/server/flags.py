@@ -132,3 +132,12 @@ def parse_proxy(text: str) -> ProxyRoute:
             raise FlagError(f"invalid route option {setting!r} (known: {known})")
         options[key] = choice
     return ProxyRoute(prefix, url.rstrip("/"), tuple(options.items()))
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[::1]:PORT``, ``:PORT`` or ``PORT``; the host defaults to 127.0.0.1."""
+    host, _, port_text = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise FlagError(f"invalid address {text!r} (use HOST:PORT, e.g. 127.0.0.1:9090)")
+    return host, int(port_text)

@@ -25,8 +25,8 @@ from secure_orca.authn.authenticator import Outcome
 from secure_orca.authz.policy import Decision
 from secure_orca.authz.reasons import Reason
 from secure_orca.authz.streams import Kind
-from secure_orca.errors import FlagError
 from secure_orca.server.audit.log import AuditLog
+from secure_orca.server.flags import parse_address
 from secure_orca.server.hpack.headers import REFUSED_BLOCKS
 from secure_orca.server.http.handshake import GIVE_UP_CAUSES, HandshakeStats
 from secure_orca.server.oob import OobService
@@ -264,12 +264,3 @@ class Metrics:
         host, port = parse_address(address)
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return int(server.server_address[1])
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``[::1]:PORT``, ``:PORT`` or ``PORT``; the host defaults to 127.0.0.1."""
-    host, _, port_text = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise FlagError(f"invalid address {text!r} (use HOST:PORT, e.g. 127.0.0.1:9090)")
-    return host, int(port_text)

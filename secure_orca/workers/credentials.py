@@ -30,8 +30,7 @@ import signal
 import struct
 from collections.abc import Sequence
 from pathlib import Path
-
-from prometheus_client import CollectorRegistry, generate_latest
+from typing import TYPE_CHECKING
 
 from secure_orca.credentials.files import MAX_CREDENTIAL_BYTES, FileContent
 from secure_orca.credentials.loader import Source
@@ -39,6 +38,9 @@ from secure_orca.errors import CredentialError
 from secure_orca.server.assembly import Server
 from secure_orca.server.reload import Reading, Reloader, Watched
 from secure_orca.workers.board import Region
+
+if TYPE_CHECKING:  # prometheus-client is imported with a /metrics only: a tenth of serve's start-up
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("secure_orca.workers")
 EXPOSITION_MAX = 16 * 1024  # bytes of the reader's /metrics family (the reloads, by flag and result)
@@ -143,6 +145,8 @@ class Publisher(Reading):
         if reloaded or self.stale:
             self.publish(watched)
         if self.registry is not None:
+            from prometheus_client import generate_latest
+
             self.shared.exposition.publish(generate_latest(self.registry))
 
     def publish(self, watched: Sequence[Watched]) -> None:

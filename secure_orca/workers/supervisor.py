@@ -37,7 +37,6 @@ from secure_orca.server.assembly import Server
 from secure_orca.server.http.serve import bind_address
 from secure_orca.server.options.serving import MAX_WORKERS
 from secure_orca.server.sampler import Sources
-from secure_orca.workers import metrics
 from secure_orca.workers.auditwriter import AuditWriter
 from secure_orca.workers.balance import BoardBalance
 from secure_orca.workers.board import SupervisorFigures
@@ -267,7 +266,10 @@ class Supervisor:
             return
         child.pid = 0
         if child.slot is not None:
-            metrics.retire(self.board, child.slot)  # its counters stay in the server's /metrics
+            if self.metrics is not None:  # workers expose their counters only to a /metrics
+                from secure_orca.workers import metrics  # prometheus-client: a tenth of serve's start-up
+
+                metrics.retire(self.board, child.slot)  # its counters stay in the server's /metrics
             self.sampler.retire(child.slot, pid)
         if self._stopped(child):
             return

@@ -11,10 +11,9 @@ from pathlib import Path
 
 from secure_orca import credential_flags as flags
 from secure_orca.pki import DevPKI
-from secure_orca.server.flags import parse_duration
+from secure_orca.server.flags import parse_address, parse_duration
 from secure_orca.server.http import pending
 from secure_orca.server.http.pending import HandshakeLimits
-from secure_orca.server.metrics import parse_address
 from secure_orca.server.options.common import problem, value, within
 
 MAX_WORKERS = 64
