@@ -30,7 +30,11 @@ from secure_orca.server.flags import parse_address
 from secure_orca.server.options import serving
 
 if TYPE_CHECKING:  # the server's own modules are imported once the flags are valid (tests/cli/test_startup_imports.py)
+    from http.server import ThreadingHTTPServer
+
     from secure_orca.server.assembly import Server
+    from secure_orca.workers.credentials import CredentialReader
+    from secure_orca.workers.sampling import WorkerSampler
 
 log = logging.getLogger("secure_orca.serve")
 
@@ -66,7 +70,6 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args, dev_pki(args))
     # a refused start (a bad flag or value) does not import hypercorn, h2 and the workers: a third of its CPU
     from secure_orca.server.assembly import Server
-    from secure_orca.server.http.serve import bind_address
     from secure_orca.server.listener import listen
     from secure_orca.workers.auditwriter import AuditWriter
     from secure_orca.workers.board import Board
@@ -89,6 +92,20 @@ def run(args: argparse.Namespace) -> int:
         if sock is not None:  # a credential error: the one error, and nothing left listening
             sock.close()
         raise
+    _log_features(config)
+    credentials = CredentialReader(server) if workers > 1 else None  # the one reader of the credential files
+    supervised = _serve_metrics(server, sampler, credentials) if server.metrics is not None else None
+    if sock is not None:
+        writer = AuditWriter(config.audit, workers) if config.audit.path else None  # one process writes the file
+        status = Supervisor(server, sock, workers, _serve, supervised, credentials, writer).run()
+    else:
+        with _listen_errors(config):
+            status = _serve(server)
+    log.info("stopped")
+    return status
+
+
+def _log_features(config: ServeConfig) -> None:
     log.info(
         "load metrics %s; modes: %s",
         "on" if config.load_metrics.enabled else "off",
@@ -106,44 +123,41 @@ def run(args: argparse.Namespace) -> int:
             config.oob.limits.front_proxy_share,
             config.oob.write_deadline,
         )
+
+
+def _serve_metrics(
+    server: Server, sampler: WorkerSampler | None, credentials: CredentialReader | None
+) -> ThreadingHTTPServer | None:
+    """/metrics on --metrics-bind-address: in this process, or with --workers in a process of its own (returned,
+    for the supervisor to keep). prometheus-client is imported only here: a tenth of serve's start-up."""
+    from prometheus_client import generate_latest
+
+    from secure_orca.server.http.serve import bind_address
+    from secure_orca.workers.metrics import metrics_server
+
+    assert server.metrics is not None
+    address = server.config.serving.metrics_address
     supervised = None
-    credentials = CredentialReader(server) if workers > 1 else None  # the one reader of the credential files
-    if server.metrics is not None:
-        from prometheus_client import generate_latest  # with /metrics only: a tenth of serve's start-up
-
-        from secure_orca.workers.metrics import metrics_server
-
-        try:
-            if isinstance(sampler, WorkerSampler):  # one /metrics for the server, in a process of its own
-                registry = server.metrics.registry
-                sampler.render_metrics_with(lambda: generate_latest(registry))
-                assert credentials is not None
-                address = parse_address(config.serving.metrics_address)
-                supervised = metrics_server(sampler.board, *address, more=(credentials.shared.exposition,))
-                port = supervised.server_address[1]
-            else:
-                port = server.metrics.serve(config.serving.metrics_address)
-        except OSError as error:
-            raise UsageError(
-                f"--metrics-bind-address: cannot listen on {config.serving.metrics_address}: {error.strerror}"
-            ) from None
-        host = parse_address(config.serving.metrics_address)[0]
-        log.info("metrics on http://%s/metrics", bind_address(host, port))
-        if not is_loopback(host):
-            log.warning(
-                "--metrics-bind-address %s is not a loopback address: /metrics has no authentication (it carries "
-                "no load value, but counts of requests, reports and authentications)",
-                host,
-            )
-
-    if sock is not None:
-        writer = AuditWriter(config.audit, workers) if config.audit.path else None  # one process writes the file
-        status = Supervisor(server, sock, workers, _serve, supervised, credentials, writer).run()
-    else:
-        with _listen_errors(config):
-            status = _serve(server)
-    log.info("stopped")
-    return status
+    try:
+        if sampler is not None:  # one /metrics for the server, in a process of its own
+            registry = server.metrics.registry
+            sampler.render_metrics_with(lambda: generate_latest(registry))
+            assert credentials is not None
+            supervised = metrics_server(sampler.board, *parse_address(address), more=(credentials.shared.exposition,))
+            port = supervised.server_address[1]
+        else:
+            port = server.metrics.serve(address)
+    except OSError as error:
+        raise UsageError(f"--metrics-bind-address: cannot listen on {address}: {error.strerror}") from None
+    host = parse_address(address)[0]
+    log.info("metrics on http://%s/metrics", bind_address(host, port))
+    if not is_loopback(host):
+        log.warning(
+            "--metrics-bind-address %s is not a loopback address: /metrics has no authentication (it carries "
+            "no load value, but counts of requests, reports and authentications)",
+            host,
+        )
+    return supervised
 
 
 def _workers(config: ServeConfig) -> int:
