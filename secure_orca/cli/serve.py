@@ -187,13 +187,35 @@ def _serve(server: Server) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             loop.add_signal_handler(sig, stop.set)
-        await server.run(stop.wait)
+        try:
+            await server.run(stop.wait)
+        finally:
+            _ignore_stop_signals(loop)
 
     with asyncio.Runner(loop_factory=_loop_factory(server.config.serving.event_loop)) as runner:
         runner.run(main())
     return 0
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _ignore_stop_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """The server has stopped: a further SIGINT or SIGTERM is ignored while the loop is torn down. Left to the
+    loop, its ``close()`` (CPython 3.11.7 ``asyncio/unix_events.py``) closes the self-pipe before it removes its
+    handlers, so a signal in between is written to a closed wakeup fd (a traceback), and one after it meets the
+    default action (the process dies by the signal instead of exiting 0)."""
+    # Not on this thread between the default action remove_signal_handler sets and SIG_IGN (another thread of
+    # the process could still take one in those few instructions).
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        for sig in _STOP_SIGNALS:
+            loop.remove_signal_handler(sig)  # the last one also unsets the wakeup fd
+            signal.signal(sig, signal.SIG_IGN)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # one pending meanwhile is ignored
 
 
 def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

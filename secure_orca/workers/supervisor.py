@@ -163,7 +163,8 @@ class Supervisor:
         finally:
             signal.set_wakeup_fd(old_fd)
             for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                # Stopped: a further SIGTERM or SIGINT is ignored rather than let kill it before it exits 0.
+                signal.signal(sig, signal.SIG_IGN if self.stopping and sig != signal.SIGCHLD else handler)
             os.close(wake_read)
             os.close(wake_write)
             self.sock.close()

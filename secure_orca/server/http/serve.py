@@ -169,9 +169,13 @@ class GatewayTCPServer(TCPServer):
 
     async def run(self) -> None:
         """hypercorn's ``TCPServer.run`` (0.18.0), with the gateway's protocol for the ALPN the handshake chose
-        where hypercorn builds its ``ProtocolWrapper`` (which would build hypercorn's own)."""
+        where hypercorn builds its ``ProtocolWrapper`` (which would build hypercorn's own). A connection lost
+        before it runs (the client vanished, or shutdown ended it, after the handshake) has no socket any more:
+        it is closed with nothing served, where hypercorn's would raise AttributeError."""
         try:
             socket = self.writer.get_extra_info("socket")
+            if socket is None:
+                return
             client = parse_socket_addr(socket.family, socket.getpeername())
             server = parse_socket_addr(socket.family, socket.getsockname())
             ssl_object = self.writer.get_extra_info("ssl_object")

@@ -73,8 +73,15 @@ def test_tcp_server_is_constructed_as_we_construct_it() -> None:
 
 def test_our_run_is_hypercorns_with_our_protocol() -> None:
     """``GatewayTCPServer.run`` takes the place of hypercorn's: the same steps, in the same order, with our
-    protocol where hypercorn builds ``ProtocolWrapper`` from the same parts."""
+    protocol where hypercorn builds ``ProtocolWrapper`` from the same parts, and one step more: a connection
+    lost before it runs has no socket, and ends there (hypercorn's raises AttributeError on it)."""
+    ours = inspect.getsource(serve.GatewayTCPServer.run)
+    read, guard, parse = (
+        ours.find(step) for step in ('get_extra_info("socket")', "if socket is None:", "socket.family")
+    )
+    assert -1 < read < guard < parse
     source = inspect.getsource(TCPServer.run)
+    assert "if socket is None" not in source  # still ours alone
     steps = [
         "parse_socket_addr(socket.family, socket.getpeername())",
         "parse_socket_addr(socket.family, socket.getsockname())",
