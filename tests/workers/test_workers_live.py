@@ -100,6 +100,7 @@ def test_a_killed_workers_in_flight_requests_do_not_stick_and_it_is_replaced(dev
             deadline = time.monotonic() + 10
             while in_flight() < 1:
                 assert time.monotonic() < deadline, "the slow request never showed as in flight"
+                time.sleep(0.05)  # the report is sampled every 100 ms: asking faster only loads both sides
             os.kill(victim, signal.SIGKILL)
             deadline = time.monotonic() + 10
             while (value := in_flight()) != 0 or len(pids := children(replica.process.popen.pid)) != WORKERS:
