@@ -147,7 +147,8 @@ def test_go_counts_verify_the_certificate_on_every_request(dev: pki.DevPKI, tmp_
     def start(name: str, prefix: Path, repeat: int) -> go_options.GoCountedServer:
         return go_options.go_counted(dev, name, prefix)  # type: ignore[return-value]
 
-    ratios = go_options.per_request_ratios(start, identities, 60, 20, 1, tmp_path)  # type: ignore[arg-type]
+    # 20 counted requests (30 less 10): per request within 2% of 40 (60 less 20), which cost 1.1 CPU-s more
+    ratios = go_options.per_request_ratios(start, identities, 30, 10, 1, tmp_path)  # type: ignore[arg-type]
     assert ratios["front-proxy"].median > 3 * ratios["header-only"].median > 3
     assert ratios["front-proxy"].n == 1 and ratios["front-proxy"].off > 0
 

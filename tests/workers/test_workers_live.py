@@ -100,6 +100,7 @@ def test_a_killed_workers_in_flight_requests_do_not_stick_and_it_is_replaced(dev
             deadline = time.monotonic() + 10
             while in_flight() < 1:
                 assert time.monotonic() < deadline, "the slow request never showed as in flight"
+                time.sleep(0.05)  # the report is sampled every 100 ms: asking faster only loads both sides
             os.kill(victim, signal.SIGKILL)
             deadline = time.monotonic() + 10
             while (value := in_flight()) != 0 or len(pids := children(replica.process.popen.pid)) != WORKERS:
@@ -133,11 +134,19 @@ def test_a_revoked_load_reader_is_refused_by_every_worker(dev_pki: pki.DevPKI, t
             (owner,) = [pid for pid in pids if after[pid] > before[pid]]
             return owner, reported
 
-        granted = {owner for owner, reported in (attempt() for _ in range(20)) if reported}
+        def attempts() -> list[tuple[int, bool]]:
+            """At least 20 attempts, and more (up to 60) until both workers took one: closed one at a time, the
+            connections can all land on one worker (seen under load, about one run in six)."""
+            outcomes: list[tuple[int, bool]] = []
+            while len(outcomes) < 20 or ({owner for owner, _ in outcomes} != set(pids) and len(outcomes) < 60):
+                outcomes.append(attempt())
+            return outcomes
+
+        granted = {owner for owner, reported in attempts() if reported}
         assert granted == set(pids), granted  # before: every worker grants the load reader
         reader_ca.write_bytes(pki.make_ca("another-load-reader-ca").cert_pem())
         time.sleep(0.5)  # five polls
-        outcomes = [attempt() for _ in range(20)]
+        outcomes = attempts()
     assert {owner for owner, _ in outcomes} == set(pids), outcomes  # both workers were asked
     assert not [owner for owner, reported in outcomes if reported], outcomes
 

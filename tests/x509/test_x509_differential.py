@@ -142,6 +142,12 @@ def ours(case: Case) -> Verdict:
     return Verdict("grant" if result.ok else "refuse", str(result.failure or "front-proxy"))
 
 
+@pytest.fixture(scope="session")
+def our_verdicts(corpus: list[Case]) -> dict[str, Verdict]:
+    """``ours`` of every case, computed once: both columns below compare against it."""
+    return {case.name: ours(case) for case in corpus}
+
+
 def test_corpus_covers_every_field_family(corpus: list[Case], go_verdicts: dict[str, Verdict]) -> None:
     assert len(corpus) >= 100
     assert set(go_verdicts) == {case.name for case in corpus}
@@ -158,12 +164,14 @@ def test_corpus_covers_every_field_family(corpus: list[Case], go_verdicts: dict[
 INCOMPATIBLE_USAGE = "x509: certificate specifies an incompatible key usage"  # Go's IncompatibleUsage error
 
 
-def test_verifier_agrees_with_go(corpus: list[Case], go_verdicts: dict[str, Verdict]) -> None:
+def test_verifier_agrees_with_go(
+    corpus: list[Case], go_verdicts: dict[str, Verdict], our_verdicts: dict[str, Verdict]
+) -> None:
     """Every verdict as Go's (but KNOWN); where both refuse, the reason ``eku`` exactly where Go's Verify returns
     IncompatibleUsage (every candidate chain failed on its usage alone: verify.go)."""
     disagreements, reasons = {}, {}
     for case in corpus:
-        mine, go = ours(case), go_verdicts[case.name]
+        mine, go = our_verdicts[case.name], go_verdicts[case.name]
         if mine.verdict != go.verdict:
             disagreements[case.name] = (mine.verdict, go.verdict, go.detail)
         elif mine.verdict == "refuse" and (mine.detail == "eku") != (go.detail == INCOMPATIBLE_USAGE):
@@ -180,14 +188,14 @@ def test_verifier_agrees_with_go(corpus: list[Case], go_verdicts: dict[str, Verd
 
 
 @pytest.fixture(scope="session")
-def serving(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A trustme-issued serving certificate (none of our pki code involved)."""
+def serving(tmp_path_factory: pytest.TempPathFactory) -> kinds.KeyPair:
+    """A trustme-issued serving certificate (none of our pki code involved), read as the server reads its pair."""
     root = tmp_path_factory.mktemp("serving")
     issued = trustme.CA().issue_cert("localhost")
     cert, key = root / "server.crt", root / "server.key"
     issued.cert_chain_pems[0].write_to_path(str(cert))
     issued.private_key_pem.write_to_path(str(key))
-    return cert, key
+    return read_key_pair(cert, key, "--tls-cert-file", "--tls-private-key-file")
 
 
 def _pump(
@@ -229,12 +237,12 @@ def served(case: Case, server: ssl.SSLObject) -> Verdict:
     return Verdict("grant" if result.ok else "refuse", str(result.failure or "front-proxy"))
 
 
-def handshake(case: Case, serving: tuple[Path, Path], workdir: Path) -> tuple[str, Verdict | None]:
+def handshake(case: Case, mine: Verdict, serving: kinds.KeyPair, workdir: Path) -> tuple[str, Verdict | None]:
     """A real TLS handshake, in memory, between the server's context for this CA bundle and a client
-    presenting the case's chain."""
+    presenting the case's chain (``mine``: the case's ``ours``)."""
     if case.key is None or not case.chain:
         return "n/a: no chain or no key", None
-    if ours(case).verdict == "bundle":
+    if mine.verdict == "bundle":
         return "n/a: the server refuses this CA bundle at start-up", None
     slug = case.name.replace("/", "_")
     bundle, chain, key = workdir / f"{slug}.ca", workdir / f"{slug}.crt", workdir / f"{slug}.key"
@@ -243,8 +251,7 @@ def handshake(case: Case, serving: tuple[Path, Path], workdir: Path) -> tuple[st
     key.write_bytes(case.key)
     try:
         anchors = b"".join(ca.public_bytes(serialization.Encoding.DER) for ca in bundle_of(case))
-        pair = read_key_pair(*serving, "--tls-cert-file", "--tls-private-key-file")
-        server_context = make_server_context(pair, anchors)
+        server_context = make_server_context(serving, anchors)
     except ssl.SSLError as error:
         return f"server-cannot-load-bundle: {getattr(error, 'reason', None)}", None
     client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -262,7 +269,11 @@ def handshake(case: Case, serving: tuple[Path, Path], workdir: Path) -> tuple[st
 
 
 def test_handshake_column(
-    corpus: list[Case], go_verdicts: dict[str, Verdict], serving: tuple[Path, Path], tmp_path: Path
+    corpus: list[Case],
+    go_verdicts: dict[str, Verdict],
+    our_verdicts: dict[str, Verdict],
+    serving: kinds.KeyPair,
+    tmp_path: Path,
 ) -> None:
     """Through the server's real handshake and its own path to the verifier: never a grant kube refuses, and
     every chain kube grants gets through OpenSSL except the listed ones. The column is printed."""
@@ -270,15 +281,16 @@ def test_handshake_column(
     refused_kube_grants = {}
     table: dict[str, Counter[str]] = {}
     for case in corpus:
-        outcome, decision = handshake(case, serving, tmp_path)
+        mine = our_verdicts[case.name]
+        outcome, decision = handshake(case, mine, serving, tmp_path)
         go = go_verdicts[case.name].verdict
         server = decision.verdict if decision else "-"
         tally = table.setdefault(case.category, Counter())
-        tally.update(["cases", f"go {go}", "agree" if ours(case).verdict == go else "differ"])
+        tally.update(["cases", f"go {go}", "agree" if mine.verdict == go else "differ"])
         tally[f"handshake {outcome.split(':')[0]}"] += 1
-        rows.append(f"{case.name:62} go={go:7} ours={ours(case).verdict:7} server={server:7} handshake={outcome}")
+        rows.append(f"{case.name:62} go={go:7} ours={mine.verdict:7} server={server:7} handshake={outcome}")
         if decision is not None:
-            assert decision.verdict == ours(case).verdict, (case.name, decision)
+            assert decision.verdict == mine.verdict, (case.name, decision)
             assert decision.verdict != "grant" or go == "grant", f"{case.name}: the server grants, kube refuses"
         if go == "grant" and outcome.startswith("refused"):
             refused_kube_grants[case.name] = outcome
