@@ -38,11 +38,14 @@ def test_every_worker_serves_the_same_report_for_the_same_sample(server: launch.
     held = spread(server, dev_pki, 1)
     try:
         first, second = (clients[0] for clients in held.values())
-        pairs = [(report(first, server.url), report(second, server.url)) for _ in range(8)]
+        pairs: list[tuple[str, str]] = []
+        while sum(a == b for a, b in pairs) < 6 and len(pairs) < 12:
+            pairs.append((report(first, server.url), report(second, server.url)))
     finally:
         close(held)
-    same = sum(a == b for a, b in pairs)
-    assert same >= 6, pairs  # a pair may straddle a sample (500 ms) now and then; per-worker reports never agree
+    # A pair may straddle a sample (500 ms; each worker looks for a new one a few times per sample), more often on
+    # a loaded machine (5 of 8 once under 6 xdist workers); per-worker reports never agree.
+    assert sum(a == b for a, b in pairs) >= 6, pairs
 
 
 def test_the_reported_rate_is_the_servers_not_one_workers(server: launch.Replica, dev_pki: pki.DevPKI) -> None:
