@@ -137,7 +137,7 @@ def test_the_probe_gives_the_go_peer_the_verdict_it_gives_serve(dev: pki.DevPKI,
     assert go_options.exposure(dev, option) == EXPECTED_EXPOSURE[option]  # raises when Go and Python disagree
 
 
-@pytest.mark.timeout(300)  # a hang guard only (it once went past 120 s on 2 CPUs under extra load)
+@pytest.mark.timeout(300)  # a hang guard only, as the instruction guard's (which once went past 120 s under load)
 @pytest.mark.starts_first  # callgrind on the Go peer, about a minute
 @pytest.mark.skipif(instrcount.valgrind_available() is not None, reason="needs valgrind")
 def test_go_counts_verify_the_certificate_on_every_request(dev: pki.DevPKI, tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def soak_round(url: str, fp: ClientCert, workdir: Path) -> None:
         list(pool.map(lambda i: loadgen.run_h2load(f"{url}/version", load, i, workdir / i.name), who))
 
 
-@pytest.mark.timeout(300)  # a hang guard only (it once went past 120 s on 2 CPUs under extra load)
+@pytest.mark.timeout(300)  # a hang guard only, as the instruction guard's (which once went past 120 s under load)
 @pytest.mark.starts_first  # about 15 s of the server's CPU: started at once on a worker of its own
 def test_soak_memory_is_stable(dev_pki, client_certs, tmp_path: Path) -> None:
     """20,000 mixed requests after a warm-up of 4,000, then a round that checks every response's report."""
