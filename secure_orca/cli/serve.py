@@ -137,19 +137,19 @@ def _serve_metrics(
 
     assert server.metrics is not None
     address = server.config.serving.metrics_address
+    host, requested = parse_address(address)
     supervised = None
     try:
         if sampler is not None:  # one /metrics for the server, in a process of its own
             registry = server.metrics.registry
             sampler.render_metrics_with(lambda: generate_latest(registry))
             assert credentials is not None
-            supervised = metrics_server(sampler.board, *parse_address(address), more=(credentials.shared.exposition,))
+            supervised = metrics_server(sampler.board, host, requested, more=(credentials.shared.exposition,))
             port = supervised.server_address[1]
         else:
             port = server.metrics.serve(address)
     except OSError as error:
         raise UsageError(f"--metrics-bind-address: cannot listen on {address}: {error.strerror}") from None
-    host = parse_address(address)[0]
     log.info("metrics on http://%s/metrics", bind_address(host, port))
     if not is_loopback(host):
         log.warning(
