@@ -86,6 +86,14 @@ def bad_cases(p: pki.DevPKI, tmp: Path, busy_port: int) -> dict[str, tuple[list[
         "negative workers": ([*base(p), "--workers", "-1"], "--workers: -1 is not between 0 and 64"),
         "bad reload interval": ([*base(p), "--credential-reload-interval", "1ms"], "between 50ms and 1h"),
         "bad metrics address": ([*base(p), "--metrics-bind-address", "nowhere"], "--metrics-bind-address: invalid"),
+        "metrics port in use": (
+            [*base(p), "--metrics-bind-address", f"127.0.0.1:{busy_port}"],
+            "--metrics-bind-address: cannot listen on 127.0.0.1:",
+        ),
+        "metrics port in use, workers": (  # /metrics in a process of its own, bound before it forks
+            [*base(p), "--workers", "2", "--metrics-bind-address", f"127.0.0.1:{busy_port}"],
+            "--metrics-bind-address: cannot listen on 127.0.0.1:",
+        ),
         "names twice": (
             [*base(p), "--requestheader-allowed-names", "a", "--requestheader-allowed-names-file", str(tmp / "names")],
             "give either it or --requestheader-allowed-names",
@@ -135,6 +143,8 @@ CASES = [
     "negative workers",
     "bad reload interval",
     "bad metrics address",
+    "metrics port in use",
+    "metrics port in use, workers",
     "names twice",
     "bad decimals",
     "empty names file",
@@ -173,6 +183,16 @@ def test_header_only_starts_with_a_warning(dev_pki) -> None:
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         pass
     assert any("WARNING" in line and "header-only" in line for line in replica.process.lines)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "[::1]"])
+def test_metrics_on_loopback_start_without_the_unauthenticated_warning(dev_pki, host: str) -> None:
+    """The warning itself needs an address off loopback, which the tests do not bind (addresses.is_loopback is
+    tested on its own)."""
+    with run_replicas([launch.serve_argv(dev_pki, ["--metrics-bind-address", f"{host}:0"])]) as (replica,):
+        pass
+    assert any("metrics on http://" in line for line in replica.process.lines), replica.process.output()
+    assert not any("not a loopback address" in line for line in replica.process.lines), replica.process.output()
 
 
 def test_one_mode_without_material_is_noted(dev_pki) -> None:
