@@ -152,6 +152,20 @@ def fp_flags(dev_pki: pki.DevPKI, modes: str = "front-proxy,shared-secret", *ext
     ]
 
 
+def secret_flags(secret_file: Path, *extra: str) -> list[str]:
+    """Flags that turn the feature on for the shared secret alone, read from ``secret_file``."""
+    return [
+        "--feature-gates",
+        "RequestCostAggregation=true",
+        "--enable-endpoint-load-metrics",
+        "--endpoint-load-metrics-auth",
+        "shared-secret",
+        "--endpoint-load-metrics-secret-file",
+        str(secret_file),
+        *extra,
+    ]
+
+
 def probe_config(dev_pki: pki.DevPKI, paths: tuple[str, ...] = ("/version",)) -> ProbeConfig:
     """The probe as the dev PKI's front proxy (with the secret) and its user, no timing check."""
     return ProbeConfig(

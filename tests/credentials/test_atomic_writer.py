@@ -20,7 +20,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from tests.atomic_writer import DATA, AtomicWriter
-from tests.conftest import load_issued
+from tests.conftest import load_issued, secret_flags
 from tests.replicas import run_replicas
 from tests.rotating import eventually
 
@@ -253,19 +253,9 @@ def test_envoy_follows_a_shared_secret_swapped_by_kubelet(dev_pki: pki.DevPKI, t
     replica_secret.write({"secret": (f"{old}\n".encode(), 0o600)})
     lb_secret.write({"secret": (f"{old}\n".encode(), 0o600)})
     metrics = f"127.0.0.1:{launch.free_port()}"
-    flags = [
-        "--feature-gates",
-        "RequestCostAggregation=true",
-        "--enable-endpoint-load-metrics",
-        "--endpoint-load-metrics-auth",
-        "shared-secret",
-        "--endpoint-load-metrics-secret-file",
-        str(replica_secret.target / "secret"),
-        "--credential-reload-interval",
-        f"{POLL}s",
-        "--metrics-bind-address",
-        metrics,
-    ]
+    flags = secret_flags(
+        replica_secret.target / "secret", "--credential-reload-interval", f"{POLL}s", "--metrics-bind-address", metrics
+    )
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         listen, admin = launch.free_port(), launch.free_port()
         config = files.dev_config(

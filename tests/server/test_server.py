@@ -14,7 +14,7 @@ import pytest
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.report import parse_text
-from tests.conftest import ClientCert, fp_flags
+from tests.conftest import ClientCert, fp_flags, secret_flags
 from tests.proxied import PROTOCOLS, InjectingBackend, client
 from tests.replicas import run_replicas
 
@@ -126,16 +126,7 @@ def test_two_rotated_secrets_both_work_and_are_never_logged(dev_pki, tmp_path) -
     secret_file = tmp_path / "secrets"
     secret_file.write_text("# old, then new\n" + "\n".join(secrets) + "\n")
     secret_file.chmod(0o600)
-    flags = [
-        "--feature-gates",
-        "RequestCostAggregation=true",
-        "--enable-endpoint-load-metrics",
-        "--endpoint-load-metrics-auth",
-        "shared-secret",
-        "--endpoint-load-metrics-secret-file",
-        str(secret_file),
-        "-v",
-    ]
+    flags = secret_flags(secret_file, "-v")
     with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
         for protocol in PROTOCOLS:
             for value in secrets:
