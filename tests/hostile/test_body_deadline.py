@@ -147,8 +147,11 @@ def test_the_bound_follows_the_callers_identity() -> None:
     authenticated one waits for its body (its deadline answers it)."""
 
     async def waiting(authenticated: bool) -> list[str]:
-        never: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
         sent: list[str] = []
+
+        def never() -> asyncio.Future[Message]:  # one per read: a timeout cancels what its own task awaits
+            return loop.create_future()
 
         async def app(scope: Scope, receive, send) -> None:
             await receive()
@@ -161,7 +164,7 @@ def test_the_bound_follows_the_callers_identity() -> None:
 
         guard = BodyDeadline(app, 0.05, max_pending=2, authenticated=lambda scope: authenticated, streams=4)
         scope = {"type": "http", "client": ("c", 1), "path": "/"}
-        await asyncio.gather(*(guard(dict(scope), lambda: never, send) for _ in range(4)))
+        await asyncio.gather(*(guard(dict(scope), never, send) for _ in range(4)))
         return sorted(sent)
 
     assert asyncio.run(waiting(False)) == ["408Timeout"] * 2 + ["408TooManyPendingBodies"] * 2
