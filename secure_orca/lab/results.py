@@ -61,11 +61,13 @@ class Settings:
     @classmethod
     def make(cls, quick: bool) -> Settings:
         if quick:
-            return cls(rounds=2, duration=1.0, connections=4, streams=10, handshakes=40, timing_samples=60,
-                       hpack_duration=2.0, hpack_rate=20.0, instr_requests=120, instr_baseline=40,
+            # Every cell, as cheaply as it fills (the suite runs this): one period, half a second per h2load
+            # round, and 4 s at most for a weight to halve (in band at 0.1 s it halves in about 0.5 s).
+            return cls(rounds=2, duration=0.5, connections=4, streams=10, handshakes=40, timing_samples=60,
+                       hpack_duration=1.0, hpack_rate=20.0, instr_requests=120, instr_baseline=40,
                        instr_repeats=1, instr_connections=3, oob_reports=4, oob_long=20, oob_short=5,
-                       stale_bound=6.0, matched_repeats=2, matched_periods=(0.1,), matched_lb_rps=40.0,
-                       matched_rps=20.0, matched_seconds=2.0)  # fmt: skip  # one period: half the matched phase
+                       stale_bound=4.0, matched_repeats=2, matched_periods=(0.1,), matched_lb_rps=40.0,
+                       matched_rps=20.0, matched_seconds=1.0)  # fmt: skip
         return cls(rounds=10, duration=2.0, connections=8, streams=10, handshakes=200, timing_samples=400,
                    hpack_duration=8.0, hpack_rate=20.0, instr_requests=600, instr_baseline=100,
                    instr_repeats=3, instr_connections=12, oob_reports=6, oob_long=40, oob_short=10,
