@@ -16,6 +16,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from tests import plainhttp
 from tests.replicas import run_replicas
 
 OPT_IN = "endpoint-load-metrics-request"
@@ -53,7 +54,7 @@ class Rig:
         return granted
 
     def metrics(self) -> str:
-        return httpx.get(self.metrics_url, timeout=5).text
+        return plainhttp.get(self.metrics_url, timeout=5).text
 
     def log(self) -> str:
         return "".join(self.replica.process.lines)

@@ -19,6 +19,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from tests import plainhttp
 from tests.atomic_writer import DATA, AtomicWriter
 from tests.conftest import load_issued, secret_flags
 from tests.replicas import run_replicas
@@ -52,7 +53,7 @@ class Node:
         return "".join(self.replica.process.lines)
 
     def reloads(self, flag: str, result: str = "success") -> float:
-        text = httpx.get(self.metrics_url, timeout=5).text
+        text = plainhttp.get(self.metrics_url, timeout=5).text
         match = re.search(rf'secure_orca_credential_reloads_total\{{flag="{flag}",result="{result}"\}} ([0-9.]+)', text)
         return float(match.group(1)) if match else 0.0
 
@@ -320,6 +321,6 @@ def _listening(port: int) -> bool:
 
 
 def _reports(metrics: str, reason: str = "shared-secret", result: str = "attached") -> float:
-    text = httpx.get(f"http://{metrics}/metrics", timeout=5).text
+    text = plainhttp.get(f"http://{metrics}/metrics", timeout=5).text
     match = re.search(rf'secure_orca_load_reports_total\{{reason="{reason}",result="{result}"\}} ([0-9.]+)', text)
     return float(match.group(1)) if match else 0.0

@@ -21,13 +21,12 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import grpc
-import httpx
 import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN
-from tests import oobcalls, proxied
+from tests import oobcalls, plainhttp, proxied
 from tests.live.standin_process import running
 from tests.live.test_vllm_proxy import vllm_like
 from tests.replicas import run_replicas
@@ -41,7 +40,7 @@ POLLED = "report=merged;load-poll=sglang-loads;utilization-metric=kv_cache_usage
 
 
 def polls(backend: str) -> int:
-    return int(httpx.get(f"{backend}/stand-in/polls").json()["polls"])
+    return int(plainhttp.get(f"{backend}/stand-in/polls").json()["polls"])
 
 
 def gateway(dev_pki: pki.DevPKI, route: str, *extra: str) -> list[str]:
@@ -94,7 +93,7 @@ def test_many_subscribers_share_one_poll_per_period(dev_pki: pki.DevPKI, client_
         for reader in readers:
             reader.join(timeout=10)
         polled, window = polls(backend) - before, time.monotonic() - started  # the poller may go on a while
-        at = httpx.get(f"{backend}/stand-in/polls").json()["at"]
+        at = plainhttp.get(f"{backend}/stand-in/polls").json()["at"]
     gaps = [round(b - a, 3) for a, b in itertools.pairwise(at)]
     print(f"\n{len(calls)} streams, {window:.1f} s at a {PERIOD} s period: {polled} polls, gaps {gaps}")
     assert all(len(reports) >= 3 for reports in received), [len(r) for r in received]
@@ -120,7 +119,7 @@ def test_a_failed_poll_is_never_served_as_fresh(dev_pki: pki.DevPKI, client_cert
         gone_at = time.monotonic()
         after = [(time.monotonic() - gone_at, r) for r in (next(reports) for _ in range(10))]
         counted = {
-            result: _sample(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text, result)
+            result: _sample(plainhttp.get(f"http://127.0.0.1:{metrics_port}/metrics").text, result)
             for result in ("ok", "failed")
         }
     carrying = ["kv_cache_usage_perc" in r.named_metrics for _, r in after]
@@ -261,7 +260,7 @@ def test_a_hostile_load_endpoint_never_reaches_the_stream(
         channel = stack.enter_context(oobcalls.channel(replica, dev_pki, fp.cert, fp.key))
         reports = iter(oobcalls.stream_core_metrics(channel)(oobcalls.ask(PERIOD), timeout=60))
         seen = [next(reports) for _ in range(6)]  # 3 s at the floor: at least two polls, each bounded by 1 s
-        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+        text = plainhttp.get(f"http://127.0.0.1:{metrics_port}/metrics").text
     assert not [r for r in seen if "kv_cache_usage_perc" in r.named_metrics], seen
     assert all("in_flight_requests" in r.named_metrics for r in seen)
     assert _sample(text, "failed") >= 2 and _sample(text, "ok") == 0, text

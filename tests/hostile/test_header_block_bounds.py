@@ -16,7 +16,6 @@ import re
 import h2.errors
 import h2.events
 import h2.exceptions
-import httpx
 import pytest
 
 from benchmarks.header_block_flood import (
@@ -33,6 +32,7 @@ from secure_orca.h2client import client_connection
 from secure_orca.lab import replicas as launch
 from secure_orca.server.hpack.headers import REFUSED_BLOCKS, TOO_LARGE, TOO_MANY_SIZE_UPDATES, max_encoded_block
 from secure_orca.server.http.connection import GatewayH2Connection
+from tests import plainhttp
 from tests.replicas import assert_no_traceback, replica_fixture
 
 from .wire import connect, get_h2, tls_context
@@ -132,7 +132,7 @@ def test_legal_large_blocks_are_served(huffman: bool) -> None:
 def metrics(replica: launch.Replica) -> str:
     found = re.search(r"metrics on (http://\S+/metrics)", "".join(replica.process.lines))
     assert found, replica.process.output()
-    return httpx.get(found.group(1), timeout=5).text
+    return plainhttp.get(found.group(1), timeout=5).text
 
 
 def refused(text: str, reason: str) -> float:

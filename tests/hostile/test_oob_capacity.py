@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import h2.errors
-import httpx
 import pytest
 
 from secure_orca import pki
@@ -19,6 +18,7 @@ from secure_orca.h2client import WireFrame
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
+from tests import plainhttp
 from tests.replicas import replica_fixture, run_replicas
 from tests.rotating import replace
 
@@ -87,7 +87,7 @@ def metrics(replica: launch.Replica) -> dict[str, float]:
     """The replica's /metrics samples, by their whole text before the value."""
     found = re.search(r"metrics on (http://\S+/metrics)", "".join(replica.process.lines))
     assert found, replica.process.output()
-    text = httpx.get(found.group(1), timeout=5).text
+    text = plainhttp.get(found.group(1), timeout=5).text
     assert pki.FRONT_PROXY_CN not in text  # by identity kind, never by name
     return {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in text.splitlines() if line[:1] != "#"}
 

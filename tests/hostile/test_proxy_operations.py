@@ -14,7 +14,7 @@ import pytest
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
-from tests import proxied
+from tests import plainhttp, proxied
 from tests.replicas import run_replicas
 
 from ..conftest import ClientCert, fp_flags
@@ -120,7 +120,7 @@ def test_metrics_per_route(rig: Rig) -> None:
     with rig.client() as http:
         http.get(f"{rig.replica.url}/strip/m")
         http.get(f"{rig.replica.url}/openai-down/m")
-    text = httpx.get(f"http://127.0.0.1:{rig.metrics_port}/metrics").text
+    text = plainhttp.get(f"http://127.0.0.1:{rig.metrics_port}/metrics").text
     assert 'secure_orca_proxy_request_total{code="200",route="/strip"}' in text
     assert 'secure_orca_proxy_upstream_errors_total{kind="unavailable",route="/openai-down"}' in text
     assert 'secure_orca_proxy_request_duration_seconds_bucket{le="+Inf",route="/strip"}' in text

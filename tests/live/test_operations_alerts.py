@@ -28,6 +28,7 @@ from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
+from tests import plainhttp
 from tests.hostile.h2client import H2Client
 from tests.replicas import run_replicas
 
@@ -80,7 +81,7 @@ class Prometheus:
         self.url = url
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        reply = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=5)
+        reply = plainhttp.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=5)
         if reply.status_code == 503:  # still starting ("Service Unavailable", not JSON): ``eventually`` retries
             reply.raise_for_status()
         response = reply.json()
@@ -88,7 +89,7 @@ class Prometheus:
         return list(response["data"]["result"])
 
     def firing(self) -> set[str]:
-        alerts = httpx.get(f"{self.url}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+        alerts = plainhttp.get(f"{self.url}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
         return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
 
 

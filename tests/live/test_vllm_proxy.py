@@ -20,7 +20,7 @@ from secure_orca.h2client import ReadDeadline
 from secure_orca.lab import replicas as launch
 from secure_orca.orca.headers import OPTIN
 from secure_orca.orca.report import parse_text
-from tests import proxied
+from tests import plainhttp, proxied
 from tests.conftest import ClientCert, fp_flags
 from tests.hostile.h2client import H2Client
 from tests.live.standin_process import running
@@ -35,7 +35,7 @@ def vllm_like(*args: str) -> contextlib.AbstractContextManager[str]:
 
 
 def generations(url: str) -> list[dict[str, Any]]:
-    return list(httpx.get(f"{url}/stand-in/generations").json())
+    return list(plainhttp.get(f"{url}/stand-in/generations").json())
 
 
 @dataclass
@@ -86,7 +86,7 @@ def test_nobody_else_gets_a_report_and_the_backend_sees_no_dialect(rig: Rig, pro
 
 def test_the_stand_in_alone_answers_anyone(rig: Rig) -> None:
     """The leak the gateway closes: directly, any caller gets the backend's report."""
-    response = httpx.post(
+    response = plainhttp.post(
         f"{rig.backend}/v1/completions", json=COMPLETION, headers={"endpoint-load-metrics-format": "text"}
     )
     assert response.headers["endpoint-load-metrics"].startswith("TEXT named_metrics.kv_cache_usage_perc=")

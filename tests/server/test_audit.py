@@ -23,6 +23,7 @@ from secure_orca.authz.reasons import Reason
 from secure_orca.credentials import devpki
 from secure_orca.lab import replicas as launch
 from secure_orca.server.audit import log as audit
+from tests import plainhttp
 from tests.conftest import ClientCert, fp_flags
 from tests.replicas import run_replicas
 from tests.rotating import eventually
@@ -356,5 +357,5 @@ def test_live_a_full_disk_does_not_stop_serving(dev_pki: pki.DevPKI, tmp_path: P
 
 
 def _counter(url: str, name: str) -> float:
-    match = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", httpx.get(url, timeout=5).text, re.M)
+    match = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", plainhttp.get(url, timeout=5).text, re.M)
     return float(match.group(1)) if match else -1.0

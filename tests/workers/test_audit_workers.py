@@ -20,6 +20,7 @@ import httpx
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.sockets import children
+from tests import plainhttp
 from tests.replicas import run_replicas
 from tests.workers.live import argv, close, eventually, spread
 
@@ -74,7 +75,7 @@ def loaded(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def scrape(port: int, name: str) -> float:
-    match = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", httpx.get(f"http://127.0.0.1:{port}/metrics").text, re.M)
+    match = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", plainhttp.get(f"http://127.0.0.1:{port}/metrics").text, re.M)
     return float(match.group(1)) if match else -1.0
 
 

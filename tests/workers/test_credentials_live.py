@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import grpc
-import httpx
 from cryptography import x509
 from prometheus_client.parser import text_string_to_metric_families
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
 from secure_orca.lab.sockets import children, connections
+from tests import plainhttp
 from tests.oobcalls import ask, channel, ended, stream_core_metrics
 from tests.workers.live import close, eventually, granted, live, rotate, workers_of
 
@@ -29,7 +29,7 @@ REQUESTHEADER_CA = "--requestheader-client-ca-file"
 
 
 def reloads(port: int, flag: str, result: str) -> float:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    text = plainhttp.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == f"{RELOADS}_total" and sample.labels == {"flag": flag, "result": result}:

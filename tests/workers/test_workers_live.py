@@ -23,6 +23,7 @@ from secure_orca.lab.sockets import children, connections
 from secure_orca.orca.headers import OPTIN, REPORT
 from secure_orca.orca.report import parse_text
 from secure_orca.server.sampler import IN_FLIGHT_METRIC
+from tests import plainhttp
 from tests.oobcalls import ask, channel, ended, stream_core_metrics
 from tests.replicas import run_replicas
 from tests.workers.live import WORKERS, argv, client, close, report, spread, workers_of
@@ -156,7 +157,7 @@ def test_a_revoked_load_reader_is_refused_by_every_worker(dev_pki: pki.DevPKI, t
 
 def scrape(port: int) -> dict[str, float]:
     """/metrics: each family's samples summed (attached reports by result only)."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    text = plainhttp.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

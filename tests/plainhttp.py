@@ -1,0 +1,27 @@
+"""Plain HTTP (loopback ``/metrics`` scrapes, stand-in backends' control routes) through one httpx client per test
+process. ``httpx.get`` builds a client per call, and every httpx client loads certifi's CA bundle, even for an
+``http://`` URL: about 40 ms of CPU per scrape, paid thousands of times by tests that poll. No connection is kept
+alive between calls, so a server that went away, or another on its port, is never reached through an old one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+_client: httpx.Client | None = None
+
+
+def client() -> httpx.Client:
+    global _client
+    if _client is None:
+        _client = httpx.Client(trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
+    return _client
+
+
+def get(url: str, **kwargs: Any) -> httpx.Response:
+    return client().get(url, **kwargs)
+
+
+def post(url: str, **kwargs: Any) -> httpx.Response:
+    return client().post(url, **kwargs)
