@@ -19,7 +19,8 @@ from secure_orca.probe.audit import ProbeConfig
 from tests.replicas import replica_fixture
 from tests.rotating import rig  # noqa: F401  (a live server with credential files to rotate)
 
-pytest_plugins = ["tests.cpu_time"]  # --cpu-time N: the tests that used the most CPU seconds
+# --cpu-time N: the tests that used the most CPU seconds; SECURE_ORCA_NO_SKIPS=1 (.ci/run): a skip fails
+pytest_plugins = ["tests.cpu_time", "tests.no_skips"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
