@@ -119,7 +119,7 @@ def test_a_failed_poll_is_never_served_as_fresh(dev_pki: pki.DevPKI, client_cert
         gone_at = time.monotonic()
         after = [(time.monotonic() - gone_at, r) for r in (next(reports) for _ in range(10))]
         counted = {
-            result: _sample(plainhttp.get(f"http://127.0.0.1:{metrics_port}/metrics").text, result)
+            result: plainhttp.metric(f"http://127.0.0.1:{metrics_port}/metrics", POLLS, route="/v1", result=result)
             for result in ("ok", "failed")
         }
     carrying = ["kv_cache_usage_perc" in r.named_metrics for _, r in after]
@@ -131,9 +131,11 @@ def test_a_failed_poll_is_never_served_as_fresh(dev_pki: pki.DevPKI, client_cert
     assert counted["ok"] >= 1 and counted["failed"] >= 2, counted  # secure_orca_proxy_load_polls_total
 
 
+POLLS = "secure_orca_proxy_load_polls_total"
+
+
 def _sample(text: str, result: str) -> float:
-    prefix = f'secure_orca_proxy_load_polls_total{{result="{result}",route="/v1"}} '
-    return next((float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix)), 0.0)
+    return plainhttp.value(text, POLLS, route="/v1", result=result)
 
 
 UNENTITLED_PATHS = [

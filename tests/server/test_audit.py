@@ -321,7 +321,7 @@ def test_live_events_of_each_kind_and_no_secret(
                     sent += 1
         events = _events(log, sent)
         attempts = {
-            r: _counter(metrics, f'authentication_attempts_total{{result="{r}"}}') for r in ("success", "error")
+            r: plainhttp.metric(metrics, "authentication_attempts_total", -1.0, result=r) for r in ("success", "error")
         }
     assert attempts["success"] >= 2 and attempts["error"] >= 1  # the wrong bearer token: kube's "error"
     assert len(events) == sent
@@ -351,11 +351,9 @@ def test_live_a_full_disk_does_not_stop_serving(dev_pki: pki.DevPKI, tmp_path: P
         with _client(dev_pki) as client:
             statuses = [client.get(replica.url + "/healthz").status_code for _ in range(30)]
         assert statuses == [200] * 30
-        eventually(lambda: _counter(metrics, "secure_orca_audit_write_errors_total") >= 30, "write errors counted")
-        assert _counter(metrics, "secure_orca_audit_events_written_total") == 0
+        eventually(
+            lambda: plainhttp.metric(metrics, "secure_orca_audit_write_errors_total", -1.0) >= 30,
+            "write errors counted",
+        )
+        assert plainhttp.metric(metrics, "secure_orca_audit_events_written_total", -1.0) == 0
         assert "cannot write (No space left on device)" in "".join(replica.process.lines)
-
-
-def _counter(url: str, name: str) -> float:
-    match = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", plainhttp.get(url, timeout=5).text, re.M)
-    return float(match.group(1)) if match else -1.0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import threading
 import time
@@ -75,8 +74,7 @@ def loaded(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def scrape(port: int, name: str) -> float:
-    match = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", plainhttp.get(f"http://127.0.0.1:{port}/metrics").text, re.M)
-    return float(match.group(1)) if match else -1.0
+    return plainhttp.metric(f"http://127.0.0.1:{port}/metrics", name, -1.0)
 
 
 def test_one_file_holds_every_request_of_both_workers_whole(dev_pki: pki.DevPKI, tmp_path: Path) -> None:

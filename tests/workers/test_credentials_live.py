@@ -14,7 +14,6 @@ from pathlib import Path
 
 import grpc
 from cryptography import x509
-from prometheus_client.parser import text_string_to_metric_families
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
@@ -29,12 +28,7 @@ REQUESTHEADER_CA = "--requestheader-client-ca-file"
 
 
 def reloads(port: int, flag: str, result: str) -> float:
-    text = plainhttp.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == f"{RELOADS}_total" and sample.labels == {"flag": flag, "result": result}:
-                return sample.value
-    return 0.0
+    return plainhttp.metric(f"http://127.0.0.1:{port}/metrics", f"{RELOADS}_total", flag=flag, result=result)
 
 
 def test_only_the_credential_reader_opens_the_credential_files(dev_pki: pki.DevPKI, tmp_path: Path) -> None:
