@@ -53,9 +53,7 @@ class Node:
         return "".join(self.replica.process.lines)
 
     def reloads(self, flag: str, result: str = "success") -> float:
-        text = plainhttp.get(self.metrics_url, timeout=5).text
-        match = re.search(rf'secure_orca_credential_reloads_total\{{flag="{flag}",result="{result}"\}} ([0-9.]+)', text)
-        return float(match.group(1)) if match else 0.0
+        return plainhttp.metric(self.metrics_url, "secure_orca_credential_reloads_total", flag=flag, result=result)
 
     def swap(self, volume: str, payload: dict[str, tuple[bytes, int]], flag: str) -> None:
         """One kubelet swap; returns once its reload is logged, and checks it was applied exactly once."""
@@ -321,6 +319,4 @@ def _listening(port: int) -> bool:
 
 
 def _reports(metrics: str, reason: str = "shared-secret", result: str = "attached") -> float:
-    text = plainhttp.get(f"http://{metrics}/metrics", timeout=5).text
-    match = re.search(rf'secure_orca_load_reports_total\{{reason="{reason}",result="{result}"\}} ([0-9.]+)', text)
-    return float(match.group(1)) if match else 0.0
+    return plainhttp.metric(f"http://{metrics}/metrics", "secure_orca_load_reports_total", reason=reason, result=result)
