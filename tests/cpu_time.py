@@ -1,7 +1,8 @@
 """``--cpu-time N``: the N tests that used the most CPU, and the suite's total, printed at the end of the run.
 
 On a machine that other jobs load, a test's wall time says more about them than about the test; its CPU seconds
-(the pytest process's own, plus every descendant it reaped: replicas, Envoy, h2load, Go peers) barely move. The
+(the pytest process's own, plus every descendant it reaped: Envoy, h2load, Go peers, and the replicas that
+its forkserver reaped, ``tests.forked``) barely move. The
 suite is CPU-bound on two cores, so these are the figures to rank and cut. A module or session fixture's
 processes count for the test in whose teardown they stop. Processes that are killed and never reaped (a
 documented block's leftovers) are not counted."""
@@ -13,13 +14,15 @@ from collections.abc import Generator
 
 import pytest
 
+from tests import forked
+
 _STARTED = pytest.StashKey[float]()
 
 
 def cpu_seconds() -> float:
-    """User and system CPU of this process and of its reaped descendants."""
+    """User and system CPU of this process and of its reaped descendants, forked replicas included."""
     own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime + forked.reaped_cpu_seconds()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

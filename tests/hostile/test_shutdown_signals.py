@@ -28,7 +28,7 @@ PACE = 0.001  # between two: many per shutdown, yet not a flood that fills the l
 def test_sigterm_during_shutdown_ends_in_a_clean_exit(dev_pki: pki.DevPKI, flags: tuple[str, ...]) -> None:
     if "uvloop" in flags and not _has_uvloop():
         pytest.skip("uvloop is not installed")
-    with run_replicas([launch.serve_argv(dev_pki, flags)]) as (replica,):
+    with run_replicas([launch.serve_argv(dev_pki, flags)], fresh=True) as (replica,):  # the interpreter's own exit
         popen = replica.process.popen
         deadline = time.monotonic() + BOUND
         while popen.poll() is None and time.monotonic() < deadline:

@@ -4,7 +4,6 @@ out-of-band streams of every worker with a status. Counted and compared, never t
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -94,16 +93,20 @@ def test_a_killed_workers_in_flight_requests_do_not_stick_and_it_is_replaced(dev
         def in_flight() -> float:
             return parse_text(report(held[survivor][0], replica.url)).named_metrics[IN_FLIGHT_METRIC]
 
+        outcome: list[object] = []  # how the slow request ended, for a failure's message
+
         def slow() -> None:
-            with contextlib.suppress(httpx.HTTPError):  # its worker is killed under it
-                held[victim][0].get(replica.url + "/work?cpu_ms=1000")
+            try:
+                outcome.append(held[victim][0].get(replica.url + "/work?cpu_ms=1000").status_code)
+            except httpx.HTTPError as error:  # its worker is killed under it
+                outcome.append(repr(error))
 
         thread = threading.Thread(target=slow, daemon=True)
         try:
             thread.start()
             deadline = time.monotonic() + 10
             while in_flight() < 1:
-                assert time.monotonic() < deadline, "the slow request never showed as in flight"
+                assert time.monotonic() < deadline, ("never in flight", outcome, replica.process.output(30))
                 time.sleep(0.05)  # the report is sampled every 100 ms: asking faster only loads both sides
             os.kill(victim, signal.SIGKILL)
             deadline = time.monotonic() + 10
