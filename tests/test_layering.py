@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from pathlib import Path
 
@@ -60,7 +61,13 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-MODULES = {module_name(path): imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
+PATHS = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+@functools.cache
+def imports_of(name: str) -> frozenset[str]:
+    """What module ``name`` imports, parsed when a test first asks (not while every xdist worker collects)."""
+    return frozenset(imports(PATHS[name]))
 
 
 def is_pure(name: str) -> bool:
@@ -72,21 +79,21 @@ def within(name: str, prefixes: set[str]) -> bool:
 
 
 def test_every_pure_module_exists() -> None:
-    assert all(any(is_pure(m) and (m == p or m.startswith(p + ".")) for m in MODULES) for p in PURE)
+    assert all(any(is_pure(m) and (m == p or m.startswith(p + ".")) for m in PATHS) for p in PURE)
 
 
-@pytest.mark.parametrize("name", sorted(m for m in MODULES if is_pure(m)))
+@pytest.mark.parametrize("name", sorted(m for m in PATHS if is_pure(m)))
 def test_pure_modules_import_no_io_and_no_shell(name: str) -> None:
-    used = MODULES[name]
+    used = imports_of(name)
     assert not {m for m in used if within(m, IO)}, f"{name} imports I/O"
-    ours = {m for m in used if m.startswith("secure_orca.") and m in MODULES}
-    shells = sorted(m for m in ours if not is_pure(m) and MODULES[m])  # a package that imports nothing is harmless
+    ours = {m for m in used if m.startswith("secure_orca.") and m in PATHS}
+    shells = sorted(m for m in ours if not is_pure(m) and imports_of(m))  # a package that imports nothing is harmless
     assert not shells, f"{name} imports shells: {shells}"
 
 
-@pytest.mark.parametrize("name", sorted(m for m in MODULES if not m.startswith("secure_orca.cli") and m not in ENTRY))
+@pytest.mark.parametrize("name", sorted(m for m in PATHS if not m.startswith("secure_orca.cli") and m not in ENTRY))
 def test_only_cli_imports_cli(name: str) -> None:
-    assert not {m for m in MODULES[name] if within(m, {"secure_orca.cli"})}
+    assert not {m for m in imports_of(name) if within(m, {"secure_orca.cli"})}
 
 
 HTTP2_INTERNALS = {"h2", "hpack", "hyperframe"}
@@ -95,8 +102,8 @@ HTTP2_OWNERS = {"secure_orca.server.http", "secure_orca.server.hpack"}  # the co
 
 def test_only_http_and_hpack_import_h2_in_server() -> None:
     """In ``server``, h2, hpack and hyperframe are imported by ``server.http`` and ``server.hpack`` alone."""
-    server = (m for m in MODULES if within(m, {"secure_orca.server"}))
-    owners = {m for m in server if any(within(used, HTTP2_INTERNALS) for used in MODULES[m])}
+    server = (m for m in PATHS if within(m, {"secure_orca.server"}))
+    owners = {m for m in server if any(within(used, HTTP2_INTERNALS) for used in imports_of(m))}
     strays = sorted(m for m in owners if not within(m, HTTP2_OWNERS))
     assert strays == [] and owners, owners
 
