@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# Bytecode caches on, whatever the environment says: every replica the suite starts (about 180) and every xdist
-# worker would otherwise compile the package and rewrite the tests' asserts again (__pycache__ is ignored by git).
+# Bytecode caches on, whatever the environment says: every forkserver and fresh replica the suite starts and every
+# xdist worker would otherwise compile the package and rewrite the tests' asserts again (__pycache__ is ignored by
+# git).
 unset PYTHONDONTWRITEBYTECODE
 .venv/bin/python -m compileall -q secure_orca tests benchmarks >/dev/null
 checks() {
@@ -18,16 +19,18 @@ checks() {
 checks_log=$(mktemp)
 checks >"$checks_log" 2>&1 &
 checks_pid=$!
-# Two pytest-xdist workers per CPU (-n 0 runs in one process): most live tests wait on servers, Envoy and
+# Two pytest-xdist workers per CPU (-n 0 runs in one process), plus one: most live tests wait on servers, Envoy and
 # clock-driven reports rather than compute, so one worker per CPU left the CPUs idle 40% of the time (measured:
-# 8 min 56 s with 2 workers on 2 CPUs, 6 min 29 s with 4). Three per CPU keeps them busier (6 workers: 329-358 s
-# against 355-363 s with 4) but gained only 3% in a fresh clone (354-357 s against 367 s) and starved the tests
-# that compare a rate with a model or a clock (hpackcost, workers): 4 failed in two fresh-clone runs.
+# 8 min 56 s with 2 workers on 2 CPUs, 6 min 29 s with 4). The one more is for the quick evaluation
+# (tests/lab/test_evaluate.py), which holds its worker for over 3 minutes at under half a CPU: with replicas
+# forked from a pre-imported server (tests/forked.py) the suite used 1.4-1.5 CPUs of 2, and 5 workers took
+# 292-295 s where 4 took 317-319 s. Three per CPU starved the tests that compare a rate with a model or a clock
+# (hpackcost, workers) when every replica was a fresh interpreter: 4 failed in two fresh-clone runs.
 # Replicas and Envoy bind port 0, files go to tmp_path,
 # the Go helpers are built once under a file lock (secure_orca/lab/gobuild.py); idle workers take tests from busy
 # ones (worksteal), and the longest tests start at once, one per worker (tests/conftest.py).
 tests=0
-.venv/bin/python -m pytest -q -n "$(( 2 * $(nproc) ))" --dist worksteal "$@" || tests=$?
+.venv/bin/python -m pytest -q -n "$(( 2 * $(nproc) + 1 ))" --dist worksteal "$@" || tests=$?
 checked=0
 wait "$checks_pid" || checked=$?
 cat "$checks_log"
