@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from secure_orca import pki
@@ -37,8 +38,9 @@ def base(p: pki.DevPKI) -> list[str]:
 
 def run_block(script: str, ports: tuple[str, ...], cwd: Path, env: dict[str, str] | None = None) -> str:
     """A documented ``sh`` block run as written with ``bash -e`` in ``cwd`` (the venv's bin first on PATH), each
-    documented port replaced by a free one; everything the block leaves running is killed. Its output, once it
-    exited 0 with no traceback (else the test fails, showing the output)."""
+    documented port replaced by a free one; everything the block leaves running is killed once it ends, so a
+    block that stops at a failed line fails at once. Its output, once it exited 0 with no traceback (else the test
+    fails, showing the output)."""
     for port in ports:
         script = re.sub(rf"\b{port}\b", str(launch.free_port()), script)
     bin_dir = Path(sys.executable).parent
@@ -52,11 +54,17 @@ def run_block(script: str, ports: tuple[str, ...], cwd: Path, env: dict[str, str
         text=True,
         start_new_session=True,
     )
+    lines: list[str] = []
+    assert process.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
+    reader.start()
     try:
-        output, _ = process.communicate(timeout=180)
+        process.wait(timeout=180)  # the block's end, not its output's: what it left running may hold the pipe open
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # anything the block left behind
+        reader.join(10)
+    output = "".join(lines)
     assert process.returncode == 0, output
     assert "Traceback" not in output, output
     return output
