@@ -1,4 +1,5 @@
-"""Run ``python -m secure_orca`` as a user would, and write the files its flags name."""
+"""Run ``python -m secure_orca`` as a user would (forked from a pre-imported server, ``tests.forked``, which
+``tests/test_forked.py`` holds to a fresh interpreter), and write the files its flags name."""
 
 from __future__ import annotations
 
@@ -13,17 +14,11 @@ from pathlib import Path
 
 from secure_orca import pki
 from secure_orca.lab import replicas as launch
+from tests import forked
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "secure_orca", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-    )
+    return forked.run([sys.executable, "-m", "secure_orca", *args], cwd=cwd)
 
 
 def write(path: Path, data: bytes, mode: int = 0o600) -> str:

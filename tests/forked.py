@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing import reduction
 from pathlib import Path
 from typing import IO, Any
@@ -67,11 +68,13 @@ class _Fd:
         return _attach, (reduction.DupFd(self.fd),)
 
 
-def _main(args: list[str], env: dict[str, str], cwd: str, out: int) -> None:
-    """The child: what ``python -m secure_orca ARGS`` does after its imports, with stdout and stderr on ``out``."""
+def _main(args: list[str], env: dict[str, str], cwd: str, out: int, err: int) -> None:
+    """The child: what ``python -m secure_orca ARGS`` does after its imports, with stdout on ``out`` and stderr on
+    ``err``."""
     os.dup2(out, 1)
-    os.dup2(out, 2)
+    os.dup2(err, 2)
     os.close(out)
+    os.close(err)
     sys.stdout.reconfigure(line_buffering=False)  # type: ignore[union-attr]  # a pipe, whatever the server's was
     os.chdir(cwd)
     os.environ.clear()
@@ -84,16 +87,22 @@ def _main(args: list[str], env: dict[str, str], cwd: str, out: int) -> None:
 class Forked:
     """A forked replica, used where ``lab.replicas.Process`` expects a ``subprocess.Popen``."""
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str) -> None:
+    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str, *, stderr_apart: bool = False) -> None:
+        """Output on ``stdout`` (stderr too, as ``stderr=STDOUT``; with ``stderr_apart``, on ``stderr``)."""
         self.args = list(argv)
         read, write = os.pipe()
-        self._process = _context.Process(target=_main, args=(self.args[3:], env, cwd, _Fd(write)), daemon=True)
+        read_err, write_err = os.pipe() if stderr_apart else (None, write)
+        fds = (_Fd(write), _Fd(write_err))
+        self._process = _context.Process(target=_main, args=(self.args[3:], env, cwd, *fds), daemon=True)
         try:
             self._process.start()
         finally:
             os.close(write)
+            if read_err is not None:
+                os.close(write_err)
         self.pid = int(self._process.pid or 0)
         self.stdout: IO[str] = open(read)  # noqa: SIM115 (text, as Popen's text=True; its reader closes it)
+        self.stderr: IO[str] | None = None if read_err is None else open(read_err)  # noqa: SIM115 (likewise)
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -116,3 +125,17 @@ class Forked:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def run(argv: Sequence[str], *, cwd: Path | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd)`` of a forked command."""
+    child = Forked(argv, dict(os.environ), str(cwd or Path.cwd()), stderr_apart=True)
+    assert child.stderr is not None
+    with ThreadPoolExecutor(2) as readers, child.stdout, child.stderr:  # both drained at once: neither pipe fills
+        out, err = readers.submit(child.stdout.read), readers.submit(child.stderr.read)
+        try:
+            status = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise
+        return subprocess.CompletedProcess(child.args, status, out.result(), err.result())

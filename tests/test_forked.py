@@ -69,3 +69,19 @@ def test_a_forked_replicas_cpu_is_counted_once_it_has_ended(dev_pki: pki.DevPKI)
     with run_replicas([launch.serve_argv(dev_pki)]):
         pass
     assert forked.reaped_cpu_seconds() > before
+
+
+@pytest.mark.parametrize("args", [["certs", "--dir", "made"], ["serve", "--secure-port", "port"]], ids=["out", "err"])
+def test_run_captures_stdout_and_stderr_apart_as_subprocess_run_does(tmp_path: Path, args: list[str]) -> None:
+    argv = [sys.executable, "-m", "secure_orca", *args]
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "forked").mkdir()
+    fresh = subprocess.run(argv, cwd=tmp_path / "fresh", capture_output=True, text=True, timeout=60)
+    made = forked.run(argv, cwd=tmp_path / "forked")
+    assert (made.returncode, made.stdout, made.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert bool(made.stdout) != bool(made.stderr)  # one stream each: a swap or a merge shows
+
+
+def test_run_kills_a_command_that_outlives_its_timeout(dev_pki: pki.DevPKI) -> None:
+    with pytest.raises(subprocess.TimeoutExpired):
+        forked.run(launch.serve_argv(dev_pki), timeout=1)
