@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.commandline import run_block
+from tests.commandline import run_block, unassigned_port
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "deploy-envoy.md"
 BIN = Path(sys.executable).parent
@@ -38,3 +38,10 @@ def test_the_quick_start_runs_as_written(tmp_path: Path, title: str) -> None:
     headers = (tmp_path / "headers.txt").read_text().lower()
     assert headers.startswith("http/2 200"), headers  # the client was served through Envoy
     assert "endpoint-load-metrics" not in headers, headers  # and no report reached it
+
+
+def test_a_blocks_ports_are_outside_the_range_that_port_0_binds_draw_from() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {unassigned_port() for _ in range(20)}
+    assert all(1024 <= port < low for port in ports), ports
+    assert len(ports) > 1  # chosen at random, so two blocks at once rarely pick the same
