@@ -18,6 +18,8 @@ from typing import Any, Literal, cast
 import pytest
 
 from secure_orca import pki
+from secure_orca.envoy import bootstrap, files
+from secure_orca.lab import launcher
 from secure_orca.lab import replicas as launch
 from tests import forked
 
@@ -62,6 +64,23 @@ def run_replicas(
         yield started
     for replica in started:
         assert_no_traceback(replica)
+
+
+@contextmanager
+def deployment(
+    dev: pki.DevPKI,
+    replica_argvs: Sequence[Sequence[str]],
+    zones: Sequence[str | None] | None = None,
+    **settings: Any,
+) -> Iterator[launcher.Deployment]:
+    """``lab.launcher.deployment`` (replicas, and Envoy in front of them on free ports) with the replicas of
+    :func:`run_replicas`: forked, and checked for tracebacks once they have stopped."""
+    settings = {"listen_port": 0, "admin_port": 0, **settings}
+    with run_replicas(replica_argvs) as started:
+        places = zones if zones is not None else [None] * len(started)
+        upstreams = [bootstrap.Upstream(r.host, r.port, z) for r, z in zip(started, places, strict=True)]
+        with launcher.run_envoy(files.dev_config(dev, upstreams, **settings)) as proxy:
+            yield launcher.Deployment(proxy, started)
 
 
 def replica_fixture(

@@ -17,6 +17,7 @@ from secure_orca.envoy import files
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from secure_orca.orca import oob
+from tests.replicas import deployment
 
 CALLS = [  # (path, content type) a client of the load balancer might try
     (oob.PATH, "application/grpc"),
@@ -43,7 +44,7 @@ def test_no_client_of_envoy_gets_the_stream(dev_pki: pki.DevPKI) -> None:
     argv = launch.serve_argv(dev_pki, lb.replica_flags(dev_pki, "load-reader"))
     context = ssl.create_default_context(cafile=str(dev_pki.cert("ca")))
     with (
-        lb.deployment(dev_pki, [argv], option="load-reader") as deployed,
+        deployment(dev_pki, [argv], option="load-reader") as deployed,
         httpx.Client(http2=True, verify=context, trust_env=False, timeout=10.0) as client,
     ):
         for path, content_type in CALLS:

@@ -21,6 +21,7 @@ from secure_orca.lab import replicas as launch
 from tests.live.standin_process import running
 from tests.live.test_envoy_live import oob_stats
 from tests.live.test_vllm_envoy import shares_after_warming
+from tests.replicas import deployment
 
 pytestmark = [
     pytest.mark.envoy,
@@ -52,8 +53,8 @@ def test_a_busier_backend_gets_less_traffic_out_of_band(dev_pki: pki.DevPKI, sou
             for b in (busy, idle)
         ]
         timing = envoy.TEST_TIMING
-        deployment = lb.deployment(dev_pki, argvs, option="front-proxy", oob_period=OOB_PERIOD, timing=timing)
-        d = stack.enter_context(deployment)
+        deployed = deployment(dev_pki, argvs, option="front-proxy", oob_period=OOB_PERIOD, timing=timing)
+        d = stack.enter_context(deployed)
         hot, cold = d.replicas
         shares, weights = shares_after_warming(d, str(dev_pki.cert("ca")))
         stats = oob_stats(d.envoy)

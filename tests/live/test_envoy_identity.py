@@ -24,6 +24,7 @@ from secure_orca import pki
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from tests.conftest import issue, load_issued
+from tests.replicas import deployment
 
 pytestmark = [pytest.mark.envoy, pytest.mark.skipif(not lb.envoy_available(), reason="envoy not installed")]
 IDENTITY = ("x-remote-user", "x-remote-group", "x-remote-uid")
@@ -62,7 +63,7 @@ def envoy_url(dev_pki: pki.DevPKI, tmp_path_factory: pytest.TempPathFactory) -> 
     flags = ["--proxy", route, "--token-auth-file", str(tokens), *lb.replica_flags(dev_pki, "front-proxy")]
     argv = launch.serve_argv(dev_pki, flags)
     try:
-        with lb.deployment(dev_pki, [argv], option="front-proxy") as deployed:
+        with deployment(dev_pki, [argv], option="front-proxy") as deployed:
             yield deployed.envoy.url
     finally:
         echo.shutdown()

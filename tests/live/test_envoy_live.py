@@ -30,7 +30,7 @@ from secure_orca.lab import replicas as launch
 from secure_orca.lab.h2load import argv as h2load_argv
 from secure_orca.orca import report
 from secure_orca.orca.headers import OPTIN
-from tests.replicas import run_replicas
+from tests.replicas import deployment, run_replicas
 
 pytestmark = [
     pytest.mark.envoy,
@@ -188,7 +188,7 @@ def test_no_5xx_while_upstream_connections_rotate(
     argvs = replicas_for(
         dev_pki, "front-proxy,shared-secret", replicas, "--max-requests-per-connection", str(replica_limit)
     )
-    with lb.deployment(dev_pki, argvs, timing=envoy.TEST_TIMING, upstream_max_requests=envoy_limit) as deployed:
+    with deployment(dev_pki, argvs, timing=envoy.TEST_TIMING, upstream_max_requests=envoy_limit) as deployed:
         load = h2load(f"{deployed.envoy.url}/healthz", requests=requests, clients=4, streams=10)
         stats = rotation_stats(deployed.envoy)
     print(f"\nreplica limit {replica_limit}, envoy limit {envoy_limit}: {load.statuses}, envoy {stats}")
@@ -210,7 +210,7 @@ def test_replica_side_rotations_cost_clients_nothing(dev_pki: pki.DevPKI) -> Non
     with a single GOAWAY this run needed 343-376 retries (refused streams), which the retry policy
     (refused-stream, reset-before-request, and reset for safe methods) absorbed."""
     argvs = replicas_for(dev_pki, "front-proxy,shared-secret", 2, "--max-requests-per-connection", "50")
-    with lb.deployment(dev_pki, argvs, timing=envoy.TEST_TIMING, upstream_max_requests=None) as deployed:
+    with deployment(dev_pki, argvs, timing=envoy.TEST_TIMING, upstream_max_requests=None) as deployed:
         load = h2load(f"{deployed.envoy.url}/healthz", requests=3000, clients=4, streams=10)
         stats = rotation_stats(deployed.envoy)
     print(f"\nretries alone, replica limit 50: {load.statuses}, envoy {stats}")
@@ -224,7 +224,7 @@ def test_goaway_chance_behind_envoy_costs_clients_nothing(dev_pki: pki.DevPKI) -
     """kube-apiserver's --goaway-chance at its maximum (0.02) on both replicas and no rotation on Envoy's side:
     about one upstream connection in fifty requests ends with a graceful GOAWAY; clients see only 200s."""
     argvs = replicas_for(dev_pki, "front-proxy,shared-secret", 2, "--goaway-chance", "0.02")
-    with lb.deployment(dev_pki, argvs, timing=envoy.TEST_TIMING, upstream_max_requests=None) as deployed:
+    with deployment(dev_pki, argvs, timing=envoy.TEST_TIMING, upstream_max_requests=None) as deployed:
         load = h2load(f"{deployed.envoy.url}/healthz", requests=3000, clients=4, streams=10)
         stats = rotation_stats(deployed.envoy)
     print(f"\ngoaway-chance 0.02: {load.statuses}, envoy {stats}")
@@ -243,7 +243,7 @@ def test_no_orca_header_reaches_clients(dev_pki: pki.DevPKI, option: str) -> Non
         [(OPTIN, f"TEXT; secret={secret(dev_pki)}")],
         [(OPTIN, "TEXT"), (OPTIN, "TEXT; secret=guessed")],
     ]
-    with lb.deployment(dev_pki, replicas_for(dev_pki, option, 2), option=option, timing=envoy.TEST_TIMING) as d:
+    with deployment(dev_pki, replicas_for(dev_pki, option, 2), option=option, timing=envoy.TEST_TIMING) as d:
         for http2 in (True, False):
             with httpx.Client(http2=http2, verify=ca_context(dev_pki), trust_env=False) as client:
                 for headers in optins:
@@ -273,7 +273,7 @@ def test_weights_follow_reports_and_loaded_replica_gets_less(dev_pki: pki.DevPKI
     of the replicas' own reports, and the loaded replica's share falls below round robin's 1/2; the same with
     each replica served by two workers (one report per replica)."""
     argvs = replicas_for(dev_pki, "front-proxy,shared-secret", 2, "--workers", workers)
-    with lb.deployment(dev_pki, argvs, timing=envoy.TEST_TIMING) as d:
+    with deployment(dev_pki, argvs, timing=envoy.TEST_TIMING) as d:
         hot, cold = d.replicas
         with hot_load(hot, seconds=20):
             warm_up(d.envoy)  # blackout period and first weights
@@ -309,7 +309,7 @@ def test_replicas_without_reports_get_the_median_weight(dev_pki: pki.DevPKI) -> 
         launch.serve_argv(dev_pki),  # feature gate off
         launch.serve_argv(dev_pki, lb.replica_flags(dev_pki, "front-proxy")),  # opt-in refused
     ]
-    with lb.deployment(dev_pki, argvs, option="shared-secret", timing=envoy.TEST_TIMING) as d:
+    with deployment(dev_pki, argvs, option="shared-secret", timing=envoy.TEST_TIMING) as d:
         ports = [r.port for r in d.replicas]
         with hot_load(d.replicas[0], seconds=12):
             warm_up(d.envoy)
@@ -333,7 +333,7 @@ def test_load_aware_locality_keeps_local_then_spills(dev_pki: pki.DevPKI) -> Non
     """Envoy in zone a with one replica per zone: lightly loaded, traffic stays in zone a apart from the probe
     fraction; with zone a's replica loaded past the variance threshold, traffic spills to zone b."""
     argvs = replicas_for(dev_pki, "front-proxy,shared-secret", 2)
-    with lb.deployment(dev_pki, argvs, zones=["zone-a", "zone-b"], timing=envoy.TEST_TIMING) as d:
+    with deployment(dev_pki, argvs, zones=["zone-a", "zone-b"], timing=envoy.TEST_TIMING) as d:
         local, remote = d.replicas
         lb_traffic(d.envoy, 60, clients=2)
         before = rq_totals(d.envoy)
@@ -413,7 +413,7 @@ def test_out_of_band_weights_from_streams_alone(dev_pki: pki.DevPKI, workers: st
     from which CSWRR computes no weight and counts a report error ("QPS must be positive"): those are counted
     before the measured window, not in it."""
     settings: dict[str, Any] = {"option": "load-reader", "oob_period": OOB_PERIOD, "timing": envoy.TEST_TIMING}
-    with lb.deployment(dev_pki, oob_replicas(dev_pki, 2, "--workers", workers), **settings) as d:
+    with deployment(dev_pki, oob_replicas(dev_pki, 2, "--workers", workers), **settings) as d:
         hot, cold = d.replicas
         with hot_load(hot, seconds=20):
             warm_up(d.envoy)
@@ -441,7 +441,7 @@ def test_load_aware_locality_on_out_of_band_reports(dev_pki: pki.DevPKI, served:
     extra = () if served else ("--endpoint-load-metrics-oob=false",)
     argvs = oob_replicas(dev_pki, 2, *extra)
     settings = {"option": "load-reader", "oob_period": OOB_PERIOD, "timing": envoy.TEST_TIMING}
-    with lb.deployment(dev_pki, argvs, zones=["zone-a", "zone-b"], **settings) as d:
+    with deployment(dev_pki, argvs, zones=["zone-a", "zone-b"], **settings) as d:
         local, remote = d.replicas
         lb_traffic(d.envoy, requests=60, clients=2)
         with hot_load(local, seconds=14):
@@ -471,7 +471,7 @@ def test_what_envoy_logs_about_reports_with_rps_0(dev_pki: pki.DevPKI, out_of_ba
     settings: dict[str, Any] = {"option": "load-reader", "timing": envoy.TEST_TIMING}
     if out_of_band:
         settings["oob_period"] = OOB_PERIOD
-    with lb.deployment(dev_pki, oob_replicas(dev_pki, 2), **settings) as d:
+    with deployment(dev_pki, oob_replicas(dev_pki, 2), **settings) as d:
         logged = lambda: [line for line in d.envoy.process.lines if QPS_MUST_BE_POSITIVE in line]  # noqa: E731
         time.sleep(10)
         idle_lines, idle_stats = len(logged()), oob_stats(d.envoy)

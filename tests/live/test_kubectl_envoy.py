@@ -13,6 +13,7 @@ from secure_orca.envoy import bootstrap as envoy
 from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from tests.kubectl import ANONYMOUS, KUBECTL, TOKEN, TOKEN_USER, kubeconfig, whoami
+from tests.replicas import deployment
 
 pytestmark = [
     pytest.mark.envoy,
@@ -31,7 +32,7 @@ def through_envoy(
     tokens.write_text(f'{TOKEN},token-user,uid-7,"ops,system:viewers"\n')
     tokens.chmod(0o600)
     argvs = [launch.serve_argv(dev_pki, lb.replica_flags(dev_pki, option, "--token-auth-file", str(tokens)))] * 2
-    with lb.deployment(dev_pki, argvs, option=option, timing=envoy.TEST_TIMING) as deployed:
+    with deployment(dev_pki, argvs, option=option, timing=envoy.TEST_TIMING) as deployed:
         port = deployed.envoy.url.rsplit(":", 1)[1]
         config = kubeconfig(tmp_path_factory.mktemp("kube") / "config", f"https://localhost:{port}", dev_pki)
         yield option, config, deployed

@@ -24,6 +24,7 @@ from secure_orca.lab import launcher as lb
 from secure_orca.lab import replicas as launch
 from tests.live.standin_process import running
 from tests.live.test_envoy_live import rq_totals, shares_of
+from tests.replicas import deployment
 
 pytestmark = [
     pytest.mark.envoy,
@@ -99,7 +100,7 @@ def test_a_busier_backend_gets_less_traffic(dev_pki: pki.DevPKI, name: str, fmt:
             for url in (busy, idle)
         ]
         d = stack.enter_context(
-            lb.deployment(dev_pki, argvs, option="front-proxy", timing=envoy.TEST_TIMING, report_format=fmt)
+            deployment(dev_pki, argvs, option="front-proxy", timing=envoy.TEST_TIMING, report_format=fmt)
         )
         hot, cold = d.replicas
         shares, weights = shares_after_warming(d, str(dev_pki.cert("ca")), backend)
