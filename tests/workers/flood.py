@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-import threading
 import time
+from typing import Protocol
 
 import h2.connection
 import h2.errors
@@ -21,10 +21,16 @@ FLOOD_CONNECTIONS, STREAMS = 150, 100
 Flood = list[tuple[ssl.SSLSocket, h2.connection.H2Connection]]
 
 
+class Stop(Protocol):
+    """When the flood stops opening connections: a ``threading.Event``, or any condition with its ``is_set``."""
+
+    def is_set(self) -> bool: ...
+
+
 def flood(
     replica: launch.Replica,
     dev_pki: pki.DevPKI,
-    stop: threading.Event,
+    stop: Stop,
     opened: Flood,
     connections: int = FLOOD_CONNECTIONS,
     streams: int = STREAMS,
