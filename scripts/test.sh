@@ -23,9 +23,10 @@ checks_pid=$!
 # clock-driven reports rather than compute, so one worker per CPU left the CPUs idle 40% of the time (measured:
 # 8 min 56 s with 2 workers on 2 CPUs, 6 min 29 s with 4). The one more is for the quick evaluation
 # (tests/lab/test_evaluate.py), which holds its worker for over 3 minutes at under half a CPU: with replicas
-# forked from a pre-imported server (tests/forked.py) the suite used 1.4-1.5 CPUs of 2, and 5 workers took
-# 292-295 s where 4 took 317-319 s. Three per CPU starved the tests that compare a rate with a model or a clock
-# (hpackcost, workers) when every replica was a fresh interpreter: 4 failed in two fresh-clone runs.
+# forked from a pre-imported server (tests/forked.py) the suite used 1.4-1.5 CPUs of 2. In fresh clones of one
+# commit, pytest took 283.6 s with 5 workers and 289.4 s with 4 (one run each: a gain within the noise, 2%); warm,
+# 5 workers took 292-301 s, 4 took 317 s and 6 took 315 s. Three per CPU starved the tests that compare a rate
+# with a model or a clock (hpackcost, workers) when every replica was a fresh interpreter: 4 failed in two runs.
 # Replicas and Envoy bind port 0, files go to tmp_path,
 # the Go helpers are built once under a file lock (secure_orca/lab/gobuild.py); idle workers take tests from busy
 # ones (worksteal), and the longest tests start at once, one per worker (tests/conftest.py).
